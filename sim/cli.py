@@ -1,0 +1,74 @@
+"""The ``fleetcast`` command (also ``python -m sim``).
+
+    fleetcast [run] [hydra overrides]      simulate one configuration (or sweep with -m)
+    fleetcast memory [overrides]           print the memory plan of one replica
+
+Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from sim.config import CONFIG_DIR, check_group_overrides
+from sim.errors import ConfigError
+
+COMMANDS = ("run", "memory")
+USAGE = __doc__
+
+
+def _fail(err: ConfigError) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _run_task(cfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from sim.report import format_summary
+    from sim.run import simulate, write_run
+
+    try:
+        result = simulate(cfg)
+    except ConfigError as err:
+        _fail(err)
+    output_dir = cfg.get("output_dir") or HydraConfig.get().runtime.output_dir
+    write_run(result, output_dir)
+    print(format_summary(result.summary, result.config, str(output_dir)))
+
+
+def _memory(overrides: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from sim.config import to_dict
+    from sim.memory import format_plan
+    from sim.run import build_deployment
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = to_dict(compose("config", overrides=overrides))
+    try:
+        dep = build_deployment(cfg)
+    except ConfigError as err:
+        _fail(err)
+    lengths = [n for n in (512, 2048, 8192, 32768, 131072) if n <= dep.model.max_context_tokens]
+    print(format_plan(dep.memory, dep.model, dep.gpu, dep.weights_precision, dep.kv_precision,
+                      lengths))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
+    try:
+        check_group_overrides([a for a in argv if not a.startswith("-")])
+    except ConfigError as err:
+        _fail(err)
+    if command == "memory":
+        _memory(argv)
+        return
+    import hydra
+
+    sys.argv = [sys.argv[0]] + argv
+    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_run_task)()

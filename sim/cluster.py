@@ -1,0 +1,84 @@
+"""A fleet of identical replicas behind a router, fed by a workload, in one SimPy environment.
+
+Open-loop workloads (traces, Poisson, ...) arrive at their own times whatever the fleet does.
+A closed-loop workload keeps ``concurrency`` requests in flight: each request that ends
+(completed or rejected) releases the next one, after ``think_time_s``, as serving benchmarks
+do. Every request ever issued is kept in ``requests``, in issue order, to become one row of
+``requests.parquet``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import simpy
+
+from sim.metrics import StepRecorder
+from sim.replica import Replica
+from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
+from sim.scheduler.base import Scheduler
+from sim.simclock import timeout_at
+from sim.step_time.base import StepTimeModel
+from sim.workload.source import Workload
+
+
+class Cluster:
+    def __init__(self, workload: Workload, num_replicas: int,
+                 make_scheduler: Callable[[], Scheduler], step_time: StepTimeModel, router,
+                 fast_forward_decode: bool = True,
+                 on_request_done: Callable[[Request], None] | None = None):
+        self.env = simpy.Environment()
+        self.workload = workload
+        self.router = router
+        self.steps = StepRecorder()
+        self.requests: list[Request] = []
+        self._progress = on_request_done
+        self.replicas = [
+            Replica(self.env, i, make_scheduler(), step_time, self.steps, self._request_done,
+                    fast_forward_decode)
+            for i in range(num_replicas)
+        ]
+        self._prompts = workload.prompt_tokens.tolist()
+        self._outputs = workload.output_tokens.tolist()
+        if workload.arrival_time_s is None:
+            self._closed_loop = True
+            for _ in range(min(workload.concurrency, workload.num_requests)):
+                self._issue(0.0)
+        else:
+            self._closed_loop = False
+            self.env.process(self._open_loop(workload.arrival_time_s.tolist()))
+
+    def run(self, horizon_s: float | None = None) -> None:
+        """Simulate until every request has ended, or until ``horizon_s``."""
+        self.env.run(until=horizon_s)
+        for request in self.requests:
+            if request.status not in (COMPLETED, REJECTED):
+                request.status = UNFINISHED
+
+    def _issue(self, arrival_time_s: float) -> None:
+        index = len(self.requests)
+        request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index])
+        self.requests.append(request)
+        replica = self.replicas[self.router.choose(request, self.replicas)]
+        replica.add(request)
+
+    def _open_loop(self, arrival_times_s: list[float]):
+        env = self.env
+        for arrival_time_s in arrival_times_s:
+            if arrival_time_s > env.now:
+                yield timeout_at(env, arrival_time_s)
+            self._issue(arrival_time_s)
+
+    def _request_done(self, request: Request) -> None:
+        if self._progress is not None:
+            self._progress(request)
+        if not self._closed_loop or len(self.requests) >= self.workload.num_requests:
+            return
+        think_time_s = self.workload.think_time_s
+        if think_time_s > 0 or request.status == REJECTED:
+            # A rejection happens inside _issue; going through the event queue (even with no
+            # delay) keeps a run of rejections from recursing.
+            when = self.env.now + think_time_s
+            timeout_at(self.env, when).callbacks.append(lambda _event: self._issue(when))
+        else:
+            self._issue(self.env.now)

@@ -1,0 +1,133 @@
+"""One model replica as a SimPy process: plan a step, take its time, apply it, repeat.
+
+    plan = scheduler.schedule(now)
+    yield env.timeout(step_time(plan))
+    scheduler.on_step_end(plan, now)
+
+Only this module moves simulated time for a replica. A request that arrives during a step waits
+for the step to end (an engine cannot change a batch in flight). An idle replica sleeps until a
+request arrives.
+
+Decode stretches. When the scheduler promises that the next ``k`` steps are identical pure
+decodes (``decode_stretch_limit``), the replica prices all ``k`` at once and waits for the last
+one's end in a single event. An arrival interrupts the wait: the replica finishes the step in
+progress, applies the steps done so far, and plans again, exactly as stepping one by one would.
+The step rows, token counts, KV use and timestamps are identical either way (a test proves it);
+only the number of SimPy events changes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Callable
+
+import simpy
+
+from sim.metrics import StepRecorder
+from sim.simclock import timeout_at
+from sim.request import REJECTED, Request
+from sim.scheduler.base import Scheduler
+from sim.step_time.base import StepTimeModel
+
+
+class Replica:
+    """A replica: its scheduler (which owns the KV cache), its step-time model, its process."""
+
+    def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
+                 step_time: StepTimeModel, steps: StepRecorder,
+                 on_request_done: Callable[[Request], None], fast_forward_decode: bool = True):
+        self.env = env
+        self.replica_id = replica_id
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.steps = steps
+        self.on_request_done = on_request_done
+        self.fast_forward_decode = fast_forward_decode
+        self.num_outstanding = 0
+        self.committed_tokens = 0
+        self._wakeup: simpy.Event | None = None
+        self._interruptible = False
+        self.process = env.process(self._run())
+
+    def add(self, request: Request) -> None:
+        """Accept a routed request now, or reject it if it can never run here."""
+        request.replica_id = self.replica_id
+        if self.scheduler.rejection_reason(request) is not None:
+            request.status = REJECTED
+            self.on_request_done(request)
+            return
+        self.scheduler.add(request)
+        self.num_outstanding += 1
+        self.committed_tokens += request.prompt_tokens + request.output_tokens
+        if self._wakeup is not None:
+            wakeup, self._wakeup = self._wakeup, None
+            wakeup.succeed()
+        elif self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
+
+    def _done(self, finished: list[Request]) -> None:
+        for request in finished:
+            self.num_outstanding -= 1
+            self.committed_tokens -= request.prompt_tokens + request.output_tokens
+            self.on_request_done(request)
+
+    def _run(self):
+        env = self.env
+        scheduler = self.scheduler
+        step_time_s = self.step_time.step_time_s
+        kv = scheduler.kv
+        steps = self.steps
+        rid = self.replica_id
+        while True:
+            if not scheduler.has_work:
+                self._wakeup = env.event()
+                yield self._wakeup
+                continue
+            start = env.now
+            plan = scheduler.schedule(start)
+            assert not plan.is_empty, (
+                f"replica {rid}: scheduler planned nothing with {scheduler.num_outstanding} "
+                "requests outstanding")
+            for request, _ in plan.prefills:
+                if request.first_scheduled_time_s is None:
+                    request.first_scheduled_time_s = start
+            num_steps = 1
+            if self.fast_forward_decode and plan.is_pure_decode:
+                num_steps = scheduler.decode_stretch_limit(plan)
+            if num_steps == 1:
+                duration = step_time_s(plan.num_prefill_tokens, plan.num_decode_seqs,
+                                       plan.prefill_attn, plan.decode_context)
+                blocks_used = kv.num_used_blocks
+                yield env.timeout(duration)
+                steps.add(rid, start, duration, plan.num_prefill_tokens, len(plan.decodes),
+                          plan.num_seqs, blocks_used)
+                finished = scheduler.on_step_end(plan, env.now)
+            else:
+                finished = yield from self._decode_stretch(plan, num_steps)
+            if finished:
+                self._done(finished)
+
+    def _decode_stretch(self, plan, num_steps: int):
+        env = self.env
+        start = env.now
+        durations = self.step_time.decode_stretch_s(plan.num_decode_seqs, plan.decode_context,
+                                                    len(plan.decodes), num_steps)
+        end_times = []
+        t = start
+        for duration in durations:  # the same additions, in the same order, as step by step
+            t += duration
+            end_times.append(t)
+        self._interruptible = True
+        try:
+            yield timeout_at(env, end_times[-1])
+        except simpy.Interrupt:
+            # Something arrived: finish the step in progress, then plan again.
+            num_steps = bisect_left(end_times, env.now) + 1
+            yield timeout_at(env, end_times[num_steps - 1])
+        self._interruptible = False
+        finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
+                                                               end_times[num_steps - 1])
+        self.steps.add_decode_stretch(self.replica_id, start, durations[:num_steps],
+                                      end_times[:num_steps], len(plan.decodes), blocks_used)
+        return finished

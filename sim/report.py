@@ -1,0 +1,59 @@
+"""The run summary as a table people can read at a glance (printed by ``fleetcast run``)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None) -> str:
+    model = cfg["model"]["name"]
+    gpu = cfg["hardware"]["name"]
+    fleet = cfg["fleet"]
+    prec = cfg["precision"]
+    sched = cfg["scheduler"]["_target_"].rsplit(".", 1)[-1].removesuffix("Scheduler")
+    lines = [
+        f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {fleet['tp']} {gpu} "
+        f"({summary['num_gpus']} GPUs), weights {prec['weights']}, KV {prec['kv']}, "
+        f"scheduler {sched}",
+        f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
+        f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
+        f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",
+        "",
+        f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}",
+    ]
+    rows = (("TTFT", "ttft_s"), ("TPOT (vLLM)", "tpot_s"), ("ITL (LLMPerf, e2e/out)", "itl_s"),
+            ("E2E", "e2e_s"), ("queueing delay", "queueing_delay_s"))
+    for label, key in rows:
+        d = summary[key]
+        lines.append(f"{label:<28}" + "".join(f"{_num(d[k]):>9}"
+                                             for k in ("mean", "p50", "p90", "p95", "p99")))
+    t = summary["throughput"]
+    slo = summary["slo"]
+    bounds = ", ".join(f"{k.removesuffix('_s')} <= {v:g} s" for k, v in slo.items()
+                       if v is not None) or "none"
+    good = summary["goodput_requests_per_s"]
+    share = (f" ({good / t['requests_per_s']:.0%} of completed)"
+             if good is not None and t["requests_per_s"] else "")
+    kv = summary["kv_utilization"]
+    cost = summary["cost"]
+    lines += [
+        "",
+        f"throughput: {_num(t['requests_per_s'])} req/s, {_num(t['output_tokens_per_s'])} "
+        f"output tok/s, {_num(t['total_tokens_per_s'])} total tok/s",
+        f"goodput:    {_num(good)} req/s meeting SLO ({bounds}){share}",
+        f"KV cache:   {summary['kv_capacity_tokens']:,} tokens per replica, "
+        f"mean use {_num(kv['mean'] and 100 * kv['mean'])}%, peak {_num(kv['max'] and 100 * kv['max'])}%",
+        f"cost:       ${cost['usd_per_hour']:,.2f}/hour, "
+        f"${_num(cost['usd_per_million_output_tokens'])} per million output tokens",
+    ]
+    if output_dir:
+        lines.append(f"files:      {output_dir}")
+    return "\n".join(lines)

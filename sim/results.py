@@ -1,0 +1,199 @@
+"""From a finished run to its files: requests.parquet, steps.parquet, summary.json.
+
+Tables have explicit pyarrow schemas (GUIDE section 3 names the columns). Latency metrics are
+defined once, here:
+
+- ``ttft_s``: arrival to first output token;
+- ``tpot_s``: vLLM's time per output token, ``(e2e − ttft) / (output_tokens − 1)``; null for
+  one-token outputs;
+- ``itl_s``: LLMPerf's mean inter-token latency of a request, ``e2e / output_tokens`` (it counts
+  the first token's wait, unlike TPOT);
+- ``e2e_s``: arrival to last token; ``queueing_delay_s``: arrival to first scheduled.
+
+Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
+step. Goodput counts completed requests that meet every SLO set in ``slo``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
+
+REQUESTS_SCHEMA = pa.schema([
+    ("request_id", pa.int64()),
+    ("replica_id", pa.int32()),
+    ("arrival_time_s", pa.float64()),
+    ("prompt_tokens", pa.int32()),
+    ("output_tokens", pa.int32()),
+    ("status", pa.string()),
+    ("first_token_time_s", pa.float64()),
+    ("completion_time_s", pa.float64()),
+    ("ttft_s", pa.float64()),
+    ("tpot_s", pa.float64()),
+    ("e2e_s", pa.float64()),
+    ("num_preemptions", pa.int32()),
+    ("itl_s", pa.float64()),
+    ("queueing_delay_s", pa.float64()),
+])
+
+STEPS_SCHEMA = pa.schema([
+    ("replica_id", pa.int32()),
+    ("start_time_s", pa.float64()),
+    ("duration_s", pa.float64()),
+    ("num_prefill_tokens", pa.int32()),
+    ("num_decode_tokens", pa.int32()),
+    ("num_seqs", pa.int32()),
+    ("kv_blocks_used", pa.int32()),
+])
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives a request must meet to count towards goodput (None: no bound)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+
+def requests_table(requests: list[Request]) -> pa.Table:
+    n = len(requests)
+    arrival = np.fromiter((r.arrival_time_s for r in requests), float, n)
+    first = np.array([np.nan if r.first_token_time_s is None else r.first_token_time_s
+                      for r in requests], dtype=float)
+    done = np.array([np.nan if r.completion_time_s is None else r.completion_time_s
+                     for r in requests], dtype=float)
+    scheduled = np.array([np.nan if r.first_scheduled_time_s is None else r.first_scheduled_time_s
+                          for r in requests], dtype=float)
+    status = [r.status for r in requests]
+    completed = np.array([s == COMPLETED for s in status], dtype=bool)
+    output = np.fromiter((r.output_tokens for r in requests), np.int64, n)
+    # Only completed requests have latencies; the rest keep their partial timestamps.
+    first = np.where(completed | ~np.isnan(first), first, np.nan)
+    done = np.where(completed, done, np.nan)
+    ttft = np.where(completed, first - arrival, np.nan)
+    e2e = done - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(completed & (output > 1), (e2e - ttft) / (output - 1), np.nan)
+        itl = np.where(completed, e2e / output, np.nan)
+    queueing = scheduled - arrival
+    return pa.table({
+        "request_id": pa.array([r.request_id for r in requests], pa.int64()),
+        "replica_id": pa.array([r.replica_id for r in requests], pa.int32()),
+        "arrival_time_s": pa.array(arrival),
+        "prompt_tokens": pa.array([r.prompt_tokens for r in requests], pa.int32()),
+        "output_tokens": pa.array(output, pa.int32()),
+        "status": pa.array(status, pa.string()),
+        "first_token_time_s": pa.array(first, from_pandas=True),
+        "completion_time_s": pa.array(done, from_pandas=True),
+        "ttft_s": pa.array(ttft, from_pandas=True),
+        "tpot_s": pa.array(tpot, from_pandas=True),
+        "e2e_s": pa.array(e2e, from_pandas=True),
+        "num_preemptions": pa.array([r.num_preemptions for r in requests], pa.int32()),
+        "itl_s": pa.array(itl, from_pandas=True),
+        "queueing_delay_s": pa.array(queueing, from_pandas=True),
+    }, schema=REQUESTS_SCHEMA)
+
+
+def steps_table(steps) -> pa.Table:
+    """One row per step, ordered by replica then start time (replicas record out of order)."""
+    table = pa.table({name: pa.array(getattr(steps, name), STEPS_SCHEMA.field(name).type)
+                      for name in STEPS_SCHEMA.names}, schema=STEPS_SCHEMA)
+    return table.sort_by([("replica_id", "ascending"), ("start_time_s", "ascending")])
+
+
+def distribution(values: np.ndarray) -> dict[str, float | None]:
+    """mean and percentiles (numpy's linear interpolation); None for an empty sample."""
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    out = {"mean": float(values.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
+              num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: int,
+              usd_per_gpu_hour: float) -> dict:
+    """The summary.json object (GUIDE section 3), from the two tables."""
+    col = {name: requests.column(name).to_numpy(zero_copy_only=False)
+           for name in ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
+                        "e2e_s", "itl_s", "queueing_delay_s", "num_preemptions")}
+    status = np.asarray(requests.column("status").to_pylist(), dtype=object)
+    completed = status == COMPLETED
+    start = np.asarray(steps.column("start_time_s"))
+    duration = np.asarray(steps.column("duration_s"))
+    first_arrival = float(col["arrival_time_s"].min()) if len(status) else 0.0
+    end = float((start + duration).max()) if len(start) else first_arrival
+    span_s = max(end - first_arrival, 0.0)
+
+    def rate(x: float) -> float | None:
+        return x / span_s if span_s > 0 else None
+
+    out_tokens = float(col["output_tokens"][completed].sum())
+    all_tokens = out_tokens + float(col["prompt_tokens"][completed].sum())
+    good = completed.copy()
+    for bound, name in ((slo.ttft_s, "ttft_s"), (slo.tpot_s, "tpot_s"), (slo.e2e_s, "e2e_s")):
+        if bound is not None:
+            values = np.nan_to_num(col[name], nan=0.0) if name == "tpot_s" else col[name]
+            good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
+    usd_per_hour = num_gpus * usd_per_gpu_hour
+    out_per_s = rate(out_tokens)
+    kv_used = np.asarray(steps.column("kv_blocks_used"), dtype=float)
+    busy = float(duration.sum())
+    return {
+        "ttft_s": distribution(col["ttft_s"]),
+        "tpot_s": distribution(col["tpot_s"]),
+        "itl_s": distribution(col["itl_s"]),
+        "e2e_s": distribution(col["e2e_s"]),
+        "queueing_delay_s": distribution(col["queueing_delay_s"][completed]),
+        "throughput": {
+            "requests_per_s": rate(float(completed.sum())),
+            "output_tokens_per_s": out_per_s,
+            "total_tokens_per_s": rate(all_tokens),
+        },
+        "goodput_requests_per_s": rate(float(good.sum())),
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+        "num_requests": int(len(status)),
+        "completed": int(completed.sum()),
+        "rejected": int((status == REJECTED).sum()),
+        "unfinished": int((status == UNFINISHED).sum()),
+        "num_preemptions": int(col["num_preemptions"].sum()),
+        "duration_s": span_s,
+        "num_steps": int(len(start)),
+        "num_replicas": num_replicas,
+        "num_gpus": num_gpus,
+        "kv_capacity_tokens": kv_capacity_tokens,
+        "kv_utilization": {
+            # step-time weighted: the share of blocks in use while replicas were busy
+            "mean": float((kv_used * duration).sum() / busy / kv_num_blocks) if busy else None,
+            "max": float(kv_used.max() / kv_num_blocks) if len(kv_used) else None,
+        },
+        "gpu_busy_fraction": (busy / (span_s * num_replicas)) if span_s > 0 else None,
+        "cost": {
+            "usd_per_gpu_hour": usd_per_gpu_hour,
+            "usd_per_hour": usd_per_hour,
+            "usd_per_million_output_tokens": (usd_per_hour / 3600.0 / out_per_s * 1e6
+                                              if out_per_s else None),
+        },
+    }
+
+
+def to_json(summary: dict) -> str:
+    """JSON text with NaN written as null (NaN is not JSON)."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return x
+    return json.dumps(clean(summary), indent=2) + "\n"

@@ -1,0 +1,74 @@
+"""Routers: which replica a new request goes to.
+
+A router sees each replica's ``num_outstanding`` (requests queued or running) and
+``committed_tokens`` (prompt + output tokens of those requests: the KV footprint the replica has
+taken on). Both change only when a request arrives or ends, so a router's choice never depends
+on how far a replica is inside a step. Ties go to the lowest replica id.
+
+Left out: routing on prefix-cache affinity and on measured latency.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from sim.request import Request
+
+
+class RoutedReplica(Protocol):
+    num_outstanding: int
+    committed_tokens: int
+
+
+class RoundRobinRouter:
+    """Replicas in turn, whatever their load."""
+
+    def __init__(self, **_):
+        self._next = 0
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
+        index = self._next
+        self._next = (index + 1) % len(replicas)
+        return index
+
+
+class RandomRouter:
+    """A uniformly random replica (stream ``router``)."""
+
+    def __init__(self, rng: np.random.Generator, **_):
+        self._rng = rng
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
+        return int(self._rng.integers(len(replicas)))
+
+
+class LeastOutstandingRouter:
+    """The replica with the fewest requests in flight (queued or running)."""
+
+    def __init__(self, **_):
+        pass
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
+        best, best_load = 0, replicas[0].num_outstanding
+        for i in range(1, len(replicas)):
+            load = replicas[i].num_outstanding
+            if load < best_load:
+                best, best_load = i, load
+        return best
+
+
+class LeastTokensRouter:
+    """The replica with the fewest tokens committed (prompt + output of requests in flight)."""
+
+    def __init__(self, **_):
+        pass
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
+        best, best_load = 0, replicas[0].committed_tokens
+        for i in range(1, len(replicas)):
+            load = replicas[i].committed_tokens
+            if load < best_load:
+                best, best_load = i, load
+        return best

@@ -1,0 +1,141 @@
+"""One simulation, from a config to its files.
+
+``simulate(cfg)`` builds everything the run needs from the config alone (no global state, so
+many runs can share a process) and returns the tables and the summary; ``write_run`` writes
+them. The same config and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from omegaconf import DictConfig, OmegaConf
+
+from sim import rng
+from sim.cluster import Cluster
+from sim.config import build, optional_positive, positive_int, to_dict
+from sim.deployment import Deployment
+from sim.errors import require
+from sim.hardware import GPU
+from sim.kv_cache import KVCache
+from sim.memory import plan_memory
+from sim.model import ModelSpec
+from sim.results import Slo, requests_table, steps_table, summarize, to_json
+from sim.workload.source import build_workload
+
+
+@dataclass
+class RunResult:
+    requests: pa.Table
+    steps: pa.Table
+    summary: dict
+    config: dict
+
+
+def build_deployment(cfg: Mapping) -> Deployment:
+    """Model, GPU, precisions, TP and the memory plan of one replica."""
+    model = ModelSpec.from_config(cfg["model"])
+    gpu = GPU.from_config(cfg["hardware"])
+    tp = positive_int(cfg["fleet"], "tp", "fleet.tp")
+    precision, memory, kv = cfg["precision"], cfg["memory"], cfg["kv"]
+    plan = plan_memory(model, gpu, weights_precision=precision["weights"],
+                       kv_precision=precision["kv"], tp=tp,
+                       gpu_memory_utilization=memory["gpu_memory_utilization"],
+                       activation_reserve_gib=memory["activation_reserve_gib"],
+                       block_size=kv["block_size"], num_blocks=kv.get("num_blocks"))
+    return Deployment(model, gpu, precision["weights"], precision["kv"], tp, plan)
+
+
+def _progress_callback(cfg: Mapping, total: int):
+    setting = cfg["sim"].get("progress", "auto")
+    require(setting in ("auto", True, False), "sim.progress", setting, "must be auto, true or false")
+    if setting is False or (setting == "auto" and not sys.stderr.isatty()):
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="req", desc="simulating", mininterval=0.5, leave=False)
+    every = max(1, total // 200)  # ~200 updates: cheap, yet smooth
+    count = 0
+
+    def on_done(_request) -> None:
+        nonlocal count
+        count += 1
+        if count % every == 0:
+            bar.update(every)
+
+    return on_done, bar
+
+
+def simulate(cfg: DictConfig | Mapping) -> RunResult:
+    cfg = to_dict(cfg)
+    seed = cfg.get("seed", 0)
+    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", seed,
+            "must be an integer >= 0")
+    num_replicas = positive_int(cfg["fleet"], "replicas", "fleet.replicas")
+    deployment = build_deployment(cfg)
+    memory = deployment.memory
+    kv_cfg = cfg["kv"]
+    step_time = build(cfg["step_time"], "step_time", deployment=deployment)
+    router = build(cfg["router"], "router", rng=rng.stream(seed, "router"))
+    workload = build_workload(cfg["workload"], seed)
+    sim_cfg = cfg["sim"]
+    horizon_s = optional_positive(sim_cfg, "horizon_s", "sim.horizon_s")
+    slo_cfg = cfg.get("slo") or {}
+    slo = Slo(*(optional_positive(slo_cfg, k, f"slo.{k}") for k in ("ttft_s", "tpot_s", "e2e_s")))
+
+    def make_scheduler():
+        kv = KVCache(memory.num_blocks, memory.block_size, kv_cfg.get("watermark", 0.0))
+        return build(cfg["scheduler"], "scheduler", kv=kv,
+                     max_model_len=deployment.model.max_context_tokens)
+
+    make_scheduler()  # validate the scheduler options before anything runs
+    on_done, bar = _progress_callback(cfg, workload.num_requests)
+    cluster = Cluster(workload, num_replicas, make_scheduler, step_time, router,
+                      fast_forward_decode=bool(sim_cfg.get("fast_forward_decode", True)),
+                      on_request_done=on_done)
+    try:
+        cluster.run(horizon_s)
+    finally:
+        if bar is not None:
+            bar.close()
+    requests = requests_table(cluster.requests)
+    steps = steps_table(cluster.steps)
+    summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
+                        num_replicas=num_replicas, kv_capacity_tokens=memory.kv_capacity_tokens,
+                        kv_num_blocks=memory.num_blocks,
+                        usd_per_gpu_hour=deployment.gpu.usd_per_gpu_hour)
+    return RunResult(requests, steps, summary, cfg)
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename: a reader never sees a
+    half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run(result: RunResult, output_dir: str | Path) -> Path:
+    """Write the run's four files. ``summary.json`` goes last: its presence marks a finished
+    run, and a run that fails before it leaves no summary."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)  # an older run's summary must not linger
+    _atomic_write(out / "config.yaml",
+                  lambda p: Path(p).write_text(OmegaConf.to_yaml(OmegaConf.create(result.config))))
+    _atomic_write(out / "requests.parquet", lambda p: pq.write_table(result.requests, p))
+    _atomic_write(out / "steps.parquet", lambda p: pq.write_table(result.steps, p))
+    _atomic_write(out / "summary.json", lambda p: Path(p).write_text(to_json(result.summary)))
+    return out

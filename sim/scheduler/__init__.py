@@ -1,0 +1,1 @@
+"""Replica schedulers: each step, decide which requests advance and by how many tokens."""

@@ -1,0 +1,211 @@
+"""What every replica scheduler shares: queues, step completion, preemption, rejection.
+
+A scheduler owns a ``waiting`` queue (FIFO, preempted requests go back to its front) and a
+``running`` list in admission order. Subclasses implement ``schedule(now) -> StepPlan`` (the
+policy); everything that follows from a plan (tokens computed, tokens sampled, requests
+finishing and releasing KV) lives here, once. Block accounting belongs to ``KVCache``; a
+scheduler only asks it.
+
+Preemption is by recompute, as vLLM does by default: the victim (the most recently admitted
+running request) drops its KV and returns to the front of the waiting queue; when it runs again
+it prefills its prompt and the output tokens it had already produced.
+
+Decode stretches. Between arrivals a replica often runs many identical pure-decode steps. A
+scheduler can promise how many (``decode_stretch_limit``), and the replica then executes them as
+one event (``advance_decodes``) with results identical to stepping one by one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.errors import require
+from sim.kv_cache import KVCache
+from sim.request import COMPLETED, RUNNING, WAITING, Request
+from sim.scheduler.plan import StepPlan
+
+
+class Scheduler:
+    """Base class. ``max_num_seqs`` caps running requests, ``max_num_batched_tokens`` the
+    tokens computed in one step."""
+
+    # Whether a prompt may be split across steps; subclasses with chunking set it per instance.
+    chunked_prefill = False
+
+    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 max_model_len: int | None = None):
+        require(max_num_seqs >= 1, "scheduler.max_num_seqs", max_num_seqs, "must be >= 1")
+        require(max_num_batched_tokens >= 1, "scheduler.max_num_batched_tokens",
+                max_num_batched_tokens, "must be >= 1")
+        self.kv = kv
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_num_batched_tokens = int(max_num_batched_tokens)
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    # -- admission -------------------------------------------------------------------------
+
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why ``request`` can never run on this replica, or None if it can."""
+        total = request.prompt_tokens + request.output_tokens
+        if self.max_model_len is not None and total > self.max_model_len:
+            return f"{total} tokens exceed the model's max context {self.max_model_len}"
+        if not self.kv.can_ever_hold(total):
+            return f"{total} tokens never fit in {self.kv.capacity_tokens} KV tokens"
+        if not self.chunked_prefill and request.prompt_tokens > self.max_num_batched_tokens:
+            return (f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens "
+                    f"{self.max_num_batched_tokens} without chunked prefill")
+        return None
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or bool(self.running)
+
+    @property
+    def num_outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # -- the policy ------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        raise NotImplementedError
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        """How many steps, this one included, would repeat ``plan`` exactly if nothing arrived.
+
+        The default (1) never fast-forwards. A policy that returns more promises that while only
+        decodes advance, it would keep choosing exactly these decodes.
+        """
+        return 1
+
+    # -- what follows from a plan ----------------------------------------------------------
+
+    def preempt(self, victim: Request) -> None:
+        """Drop ``victim``'s KV and send it to the front of the waiting queue (recompute)."""
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        victim.status = WAITING
+        self.waiting.appendleft(victim)
+
+    def grow_or_preempt(self, request: Request, num_tokens: int, plan: StepPlan) -> bool:
+        """Give ``request`` KV for ``num_tokens`` more tokens, preempting the most recently
+        admitted running requests until it fits. False when ``request`` itself was the victim."""
+        target = request.num_computed_tokens + num_tokens
+        while self.kv.grow(request, target) is None:
+            victim = self.running.pop()
+            self.preempt(victim)
+            plan.preempted.append(victim)
+            if victim is request:
+                return False
+        return True
+
+    def try_admit(self, request: Request, num_tokens: int) -> bool:
+        """Move the head of ``waiting`` to ``running`` if the KV (above the watermark) allows."""
+        if self.kv.admit(request, request.num_computed_tokens + num_tokens) is None:
+            return False
+        self.waiting.popleft()
+        request.status = RUNNING
+        self.running.append(request)
+        return True
+
+    def on_step_end(self, plan: StepPlan, now: float) -> list[Request]:
+        """Apply a finished step at time ``now``; return the requests that completed."""
+        finished = []
+        for request, num_tokens in plan.prefills:
+            request.num_computed_tokens += num_tokens
+            if request.num_computed_tokens == request.prompt_tokens + request.num_generated:
+                self._sample_token(request, now, finished)
+        for request in plan.decodes:
+            request.num_computed_tokens += 1
+            self._sample_token(request, now, finished)
+        if finished:
+            self._retire(finished)
+        return finished
+
+    def _sample_token(self, request: Request, now: float, finished: list[Request]) -> None:
+        request.num_generated += 1
+        if request.first_token_time_s is None:
+            request.first_token_time_s = now
+        if request.num_generated == request.output_tokens:
+            request.completion_time_s = now
+            request.status = COMPLETED
+            finished.append(request)
+
+    def _retire(self, finished: list[Request]) -> None:
+        for request in finished:
+            self.kv.free(request)
+        self.running = [r for r in self.running if r.status == RUNNING]
+
+    # -- decode stretches ------------------------------------------------------------------
+
+    def kv_stretch_limit(self, decodes: list[Request], max_steps: int) -> int:
+        """The most steps (<= max_steps) the decodes can take before the KV pool runs out.
+
+        Step ``s`` (1-based) of a stretch needs ``blocks_for(computed + s)`` blocks per request;
+        whatever the request already holds (the first step's blocks, at least) is not needed.
+        """
+        free = self.kv.num_free_blocks
+        block = self.kv.block_size
+        first_need = [_first_new_block_step(r, block) for r in decodes]
+        if min(first_need) > max_steps:
+            return max_steps
+        lo, hi = 1, max_steps  # binary search the largest k whose new blocks fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            need = 0
+            for first in first_need:
+                if first <= mid:
+                    need += (mid - first) // block + 1
+            if need <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def advance_decodes(self, plan: StepPlan, num_steps: int, end_time_s: float
+                        ) -> tuple[list[Request], list[int]]:
+        """Apply ``num_steps`` repeats of the pure-decode ``plan`` at once, ending at
+        ``end_time_s``.
+
+        Returns the requests that completed (at the last step) and the KV blocks in use during
+        each step, for the step rows.
+        """
+        kv = self.kv
+        block = kv.block_size
+        added_at = [0] * num_steps  # blocks first needed at each step (a difference array)
+        finished: list[Request] = []
+        used_before = kv.num_used_blocks
+        for request in plan.decodes:
+            step = _first_new_block_step(request, block)
+            while step <= num_steps:
+                added_at[step - 1] += 1
+                step += block
+            computed = request.num_computed_tokens + num_steps
+            request.num_computed_tokens = computed
+            grown = kv.grow(request, computed)
+            assert grown is not None, "decode stretch outgrew the KV pool"
+            request.num_generated += num_steps
+            assert request.num_generated <= request.output_tokens, "stretch ran past a completion"
+            if request.num_generated == request.output_tokens:
+                request.completion_time_s = end_time_s
+                request.status = COMPLETED
+                finished.append(request)
+        blocks_used = []
+        total = used_before
+        for added in added_at:
+            total += added
+            blocks_used.append(total)
+        assert total == kv.num_used_blocks, "stretch block count disagrees with the KV pool"
+        if finished:
+            self._retire(finished)
+        return finished, blocks_used
+
+
+def _first_new_block_step(request: Request, block_size: int) -> int:
+    """The first stretch step (1-based) at which ``request`` needs a block it does not hold."""
+    return request.num_blocks * block_size - request.num_computed_tokens + 1

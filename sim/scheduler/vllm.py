@@ -1,0 +1,73 @@
+"""vLLM v1's scheduler: one token budget per step, running requests first, then waiting ones.
+
+Each step has ``max_num_batched_tokens`` tokens to hand out. Running requests are served first,
+in admission order, each with what it needs to catch up (one token for a decode, the rest of its
+prompt for a request still prefilling); then waiting requests are admitted, FIFO, while budget,
+``max_num_seqs`` and KV (above the watermark) allow. With chunked prefill (vLLM v1's default) a
+prompt larger than the remaining budget gets a chunk of it; without, it waits for a step with
+room for all of it. When a running request cannot grow its KV, the most recently admitted
+running request is preempted, and no new request is admitted that step.
+
+Left out: prefix caching, speculative decoding, priorities, the async output processor.
+"""
+
+from __future__ import annotations
+
+from sim.kv_cache import KVCache
+from sim.scheduler.base import Scheduler
+from sim.scheduler.plan import StepPlan
+
+
+class VLLMScheduler(Scheduler):
+    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 enable_chunked_prefill: bool = True, max_model_len: int | None = None):
+        super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
+        self.chunked_prefill = bool(enable_chunked_prefill)
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        budget = self.max_num_batched_tokens
+        chunked = self.chunked_prefill
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            request = running[i]
+            num_tokens = request.num_uncomputed_tokens
+            if num_tokens > budget:
+                if not chunked:
+                    i += 1
+                    continue
+                num_tokens = budget
+            if not self.grow_or_preempt(request, num_tokens, plan):
+                break
+            plan.add_work(request, num_tokens)
+            budget -= num_tokens
+            i += 1
+        if plan.preempted:
+            return plan
+        self._admit_waiting(plan, budget)
+        return plan
+
+    def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = waiting[0]
+            num_tokens = request.num_uncomputed_tokens
+            if num_tokens > budget:
+                if not self.chunked_prefill:
+                    break
+                num_tokens = budget
+            if not self.try_admit(request, num_tokens):
+                break
+            plan.add_prefill(request, num_tokens)
+            budget -= num_tokens
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        # Pure decode of *every* running request, no preemption: the waiting head was refused
+        # for budget, seats or KV, and none of those improves until a request completes.
+        if not plan.is_pure_decode or len(plan.decodes) != len(self.running):
+            return 1
+        max_steps = min(r.output_tokens - r.num_generated for r in plan.decodes)
+        if max_steps <= 1:
+            return 1
+        return self.kv_stretch_limit(plan.decodes, max_steps)

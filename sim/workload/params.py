@@ -1,0 +1,87 @@
+"""Reading and checking workload config values at the boundary.
+
+The workload config arrives as a plain dict (``OmegaConf.to_container(resolve=True)``). These
+helpers fetch one field, check its type and range, and raise ``ConfigError`` naming the full
+dotted field (``workload.qps``) and the offending value, so every bad input gives the same
+one-line error. They hold no state and know nothing about what the values mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from sim.errors import ConfigError
+
+PREFIX = "workload"
+
+
+def field_name(key: str, prefix: str = PREFIX) -> str:
+    """The dotted name users see in errors, e.g. ``workload.qps``."""
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _is_number(value: object) -> bool:
+    # bool is an int subclass; ``qps: true`` is a typo, not a rate of 1.
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number(
+    cfg: Mapping,
+    key: str,
+    *,
+    default: object = None,
+    required: bool = False,
+    gt: float | None = None,
+    ge: float | None = None,
+    prefix: str = PREFIX,
+) -> float | None:
+    """A finite float field; ``None`` when unset and not required."""
+    value = cfg.get(key, default)
+    name = field_name(key, prefix)
+    if value is None:
+        if required:
+            raise ConfigError(name, value, "required")
+        return None
+    if not _is_number(value) or not math.isfinite(float(value)):
+        raise ConfigError(name, value, "must be a finite number")
+    value = float(value)
+    if gt is not None and not value > gt:
+        raise ConfigError(name, value, f"must be > {gt:g}")
+    if ge is not None and not value >= ge:
+        raise ConfigError(name, value, f"must be >= {ge:g}")
+    return value
+
+
+def integer(
+    cfg: Mapping,
+    key: str,
+    *,
+    default: object = None,
+    required: bool = False,
+    ge: int | None = None,
+    prefix: str = PREFIX,
+) -> int | None:
+    """An integer field (``2.0`` is accepted as 2, ``2.5`` is not); ``None`` when unset."""
+    value = cfg.get(key, default)
+    name = field_name(key, prefix)
+    if value is None:
+        if required:
+            raise ConfigError(name, value, "required")
+        return None
+    if not _is_number(value) or not math.isfinite(float(value)) or float(value) != int(value):
+        raise ConfigError(name, value, "must be an integer")
+    value = int(value)
+    if ge is not None and value < ge:
+        raise ConfigError(name, value, f"must be >= {ge}")
+    return value
+
+
+def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str = PREFIX) -> str:
+    """A required field that must be one of ``choices``; the error lists them."""
+    value = cfg.get(key)
+    if value not in choices:
+        raise ConfigError(
+            field_name(key, prefix), value, f"unknown; choose one of {', '.join(sorted(choices))}"
+        )
+    return value
