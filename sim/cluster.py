@@ -13,7 +13,6 @@ from typing import Callable
 
 import simpy
 
-from sim.metrics import StepRecorder
 from sim.replica import Replica
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.scheduler.base import Scheduler
@@ -30,11 +29,10 @@ class Cluster:
         self.env = simpy.Environment()
         self.workload = workload
         self.router = router
-        self.steps = StepRecorder()
         self.requests: list[Request] = []
         self._progress = on_request_done
         self.replicas = [
-            Replica(self.env, i, make_scheduler(), step_time, self.steps, self._request_done,
+            Replica(self.env, i, make_scheduler(), step_time, self._request_done,
                     fast_forward_decode)
             for i in range(num_replicas)
         ]

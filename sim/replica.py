@@ -34,13 +34,12 @@ class Replica:
     """A replica: its scheduler (which owns the KV cache), its step-time model, its process."""
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 step_time: StepTimeModel, steps: StepRecorder,
-                 on_request_done: Callable[[Request], None], fast_forward_decode: bool = True):
+                 step_time: StepTimeModel, on_request_done: Callable[[Request], None], fast_forward_decode: bool = True):
         self.env = env
         self.replica_id = replica_id
         self.scheduler = scheduler
         self.step_time = step_time
-        self.steps = steps
+        self.steps = StepRecorder()
         self.on_request_done = on_request_done
         self.fast_forward_decode = fast_forward_decode
         self.num_outstanding = 0
@@ -100,7 +99,7 @@ class Replica:
                                        plan.prefill_attn, plan.decode_context)
                 blocks_used = kv.num_used_blocks
                 yield env.timeout(duration)
-                steps.add(rid, start, duration, plan.num_prefill_tokens, len(plan.decodes),
+                steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
                           plan.num_seqs, blocks_used)
                 finished = scheduler.on_step_end(plan, env.now)
             else:
@@ -128,6 +127,6 @@ class Replica:
         self._interruptible = False
         finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
                                                                end_times[num_steps - 1])
-        self.steps.add_decode_stretch(self.replica_id, start, durations[:num_steps],
+        self.steps.add_decode_stretch(start, durations[:num_steps],
                                       end_times[:num_steps], len(plan.decodes), blocks_used)
         return finished

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sim.arrow_numpy import column_to_numpy, numpy_to_arrow, strings_to_arrow
+from sim.metrics import StepRecorder
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 
 REQUESTS_SCHEMA = pa.schema([
@@ -64,50 +66,66 @@ class Slo:
     e2e_s: float | None = None
 
 
+def _floats(values: np.ndarray) -> pa.Array:
+    return numpy_to_arrow(values, pa.float64())
+
+
+def _optional(values: list[float | None]) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 def requests_table(requests: list[Request]) -> pa.Table:
     n = len(requests)
     arrival = np.fromiter((r.arrival_time_s for r in requests), float, n)
-    first = np.array([np.nan if r.first_token_time_s is None else r.first_token_time_s
-                      for r in requests], dtype=float)
-    done = np.array([np.nan if r.completion_time_s is None else r.completion_time_s
-                     for r in requests], dtype=float)
-    scheduled = np.array([np.nan if r.first_scheduled_time_s is None else r.first_scheduled_time_s
-                          for r in requests], dtype=float)
+    first = _optional([r.first_token_time_s for r in requests])
+    done = _optional([r.completion_time_s for r in requests])
+    scheduled = _optional([r.first_scheduled_time_s for r in requests])
     status = [r.status for r in requests]
     completed = np.array([s == COMPLETED for s in status], dtype=bool)
     output = np.fromiter((r.output_tokens for r in requests), np.int64, n)
     # Only completed requests have latencies; the rest keep their partial timestamps.
-    first = np.where(completed | ~np.isnan(first), first, np.nan)
     done = np.where(completed, done, np.nan)
     ttft = np.where(completed, first - arrival, np.nan)
     e2e = done - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(completed & (output > 1), (e2e - ttft) / (output - 1), np.nan)
         itl = np.where(completed, e2e / output, np.nan)
-    queueing = scheduled - arrival
-    return pa.table({
-        "request_id": pa.array([r.request_id for r in requests], pa.int64()),
-        "replica_id": pa.array([r.replica_id for r in requests], pa.int32()),
-        "arrival_time_s": pa.array(arrival),
-        "prompt_tokens": pa.array([r.prompt_tokens for r in requests], pa.int32()),
-        "output_tokens": pa.array(output, pa.int32()),
-        "status": pa.array(status, pa.string()),
-        "first_token_time_s": pa.array(first, from_pandas=True),
-        "completion_time_s": pa.array(done, from_pandas=True),
-        "ttft_s": pa.array(ttft, from_pandas=True),
-        "tpot_s": pa.array(tpot, from_pandas=True),
-        "e2e_s": pa.array(e2e, from_pandas=True),
-        "num_preemptions": pa.array([r.num_preemptions for r in requests], pa.int32()),
-        "itl_s": pa.array(itl, from_pandas=True),
-        "queueing_delay_s": pa.array(queueing, from_pandas=True),
-    }, schema=REQUESTS_SCHEMA)
+    columns = {
+        "request_id": np.fromiter((r.request_id for r in requests), np.int64, n),
+        "replica_id": np.fromiter((r.replica_id for r in requests), np.int32, n),
+        "arrival_time_s": _floats(arrival),
+        "prompt_tokens": np.fromiter((r.prompt_tokens for r in requests), np.int32, n),
+        "output_tokens": output.astype(np.int32),
+        "status": strings_to_arrow(status),
+        "first_token_time_s": _floats(first),
+        "completion_time_s": _floats(done),
+        "ttft_s": _floats(ttft),
+        "tpot_s": _floats(tpot),
+        "e2e_s": _floats(e2e),
+        "num_preemptions": np.fromiter((r.num_preemptions for r in requests), np.int32, n),
+        "itl_s": _floats(itl),
+        "queueing_delay_s": _floats(scheduled - arrival),
+    }
+    arrays = [c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
+              for f in REQUESTS_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
 
 
-def steps_table(steps) -> pa.Table:
-    """One row per step, ordered by replica then start time (replicas record out of order)."""
-    table = pa.table({name: pa.array(getattr(steps, name), STEPS_SCHEMA.field(name).type)
-                      for name in STEPS_SCHEMA.names}, schema=STEPS_SCHEMA)
-    return table.sort_by([("replica_id", "ascending"), ("start_time_s", "ascending")])
+def steps_table(recorders: list[StepRecorder]) -> pa.Table:
+    """One row per step, ordered by replica, then time (each recorder is one replica's rows)."""
+    columns = {f.name: [] for f in STEPS_SCHEMA}
+    for replica_id, steps in enumerate(recorders):
+        columns["replica_id"].append(np.full(len(steps), replica_id, dtype=np.int32))
+        for name in STEPS_SCHEMA.names[1:]:
+            columns[name].append(np.frombuffer(getattr(steps, name), dtype=np.dtype(
+                getattr(steps, name).typecode)))
+    arrays = [numpy_to_arrow(np.concatenate(columns[f.name]) if columns[f.name]
+                             else np.empty(0), f.type) for f in STEPS_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=STEPS_SCHEMA)
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return column_to_numpy(table.column(name))
 
 
 def distribution(values: np.ndarray) -> dict[str, float | None]:
@@ -125,13 +143,13 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
               num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: int,
               usd_per_gpu_hour: float) -> dict:
     """The summary.json object (GUIDE section 3), from the two tables."""
-    col = {name: requests.column(name).to_numpy(zero_copy_only=False)
+    col = {name: _column(requests, name)
            for name in ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
                         "e2e_s", "itl_s", "queueing_delay_s", "num_preemptions")}
     status = np.asarray(requests.column("status").to_pylist(), dtype=object)
     completed = status == COMPLETED
-    start = np.asarray(steps.column("start_time_s"))
-    duration = np.asarray(steps.column("duration_s"))
+    start = _column(steps, "start_time_s")
+    duration = _column(steps, "duration_s")
     first_arrival = float(col["arrival_time_s"].min()) if len(status) else 0.0
     end = float((start + duration).max()) if len(start) else first_arrival
     span_s = max(end - first_arrival, 0.0)
@@ -148,7 +166,7 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
             good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
     usd_per_hour = num_gpus * usd_per_gpu_hour
     out_per_s = rate(out_tokens)
-    kv_used = np.asarray(steps.column("kv_blocks_used"), dtype=float)
+    kv_used = _column(steps, "kv_blocks_used").astype(float)
     busy = float(duration.sum())
     return {
         "ttft_s": distribution(col["ttft_s"]),

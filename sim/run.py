@@ -106,7 +106,7 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
         if bar is not None:
             bar.close()
     requests = requests_table(cluster.requests)
-    steps = steps_table(cluster.steps)
+    steps = steps_table([replica.steps for replica in cluster.replicas])
     summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
                         num_replicas=num_replicas, kv_capacity_tokens=memory.kv_capacity_tokens,
                         kv_num_blocks=memory.num_blocks,

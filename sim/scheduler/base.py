@@ -120,9 +120,13 @@ class Scheduler:
             request.num_computed_tokens += num_tokens
             if request.num_computed_tokens == request.prompt_tokens + request.num_generated:
                 self._sample_token(request, now, finished)
-        for request in plan.decodes:
+        for request in plan.decodes:  # hot: _sample_token inlined (a decode has its first token)
             request.num_computed_tokens += 1
-            self._sample_token(request, now, finished)
+            request.num_generated += 1
+            if request.num_generated == request.output_tokens:
+                request.completion_time_s = now
+                request.status = COMPLETED
+                finished.append(request)
         if finished:
             self._retire(finished)
         return finished
@@ -151,17 +155,17 @@ class Scheduler:
         """
         free = self.kv.num_free_blocks
         block = self.kv.block_size
-        first_need = [_first_new_block_step(r, block) for r in decodes]
-        if min(first_need) > max_steps:
+        first_need = [r.num_blocks * block - r.num_computed_tokens + 1 for r in decodes]
+
+        def blocks_needed(steps: int) -> int:
+            return sum((steps - first) // block + 1 for first in first_need if first <= steps)
+
+        if blocks_needed(max_steps) <= free:  # the common case: KV is not the limit
             return max_steps
         lo, hi = 1, max_steps  # binary search the largest k whose new blocks fit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            need = 0
-            for first in first_need:
-                if first <= mid:
-                    need += (mid - first) // block + 1
-            if need <= free:
+            if blocks_needed(mid) <= free:
                 lo = mid
             else:
                 hi = mid - 1
@@ -181,14 +185,16 @@ class Scheduler:
         finished: list[Request] = []
         used_before = kv.num_used_blocks
         for request in plan.decodes:
-            step = _first_new_block_step(request, block)
-            while step <= num_steps:
-                added_at[step - 1] += 1
-                step += block
+            held_tokens = request.num_blocks * block
+            step = held_tokens - request.num_computed_tokens + 1  # first step needing a block
             computed = request.num_computed_tokens + num_steps
             request.num_computed_tokens = computed
-            grown = kv.grow(request, computed)
-            assert grown is not None, "decode stretch outgrew the KV pool"
+            if step <= num_steps:
+                while step <= num_steps:
+                    added_at[step - 1] += 1
+                    step += block
+                grown = kv.grow(request, computed)
+                assert grown is not None, "decode stretch outgrew the KV pool"
             request.num_generated += num_steps
             assert request.num_generated <= request.output_tokens, "stretch ran past a completion"
             if request.num_generated == request.output_tokens:
@@ -205,7 +211,3 @@ class Scheduler:
             self._retire(finished)
         return finished, blocks_used
 
-
-def _first_new_block_step(request: Request, block_size: int) -> int:
-    """The first stretch step (1-based) at which ``request`` needs a block it does not hold."""
-    return request.num_blocks * block_size - request.num_computed_tokens + 1

@@ -29,10 +29,24 @@ class VLLMScheduler(Scheduler):
         budget = self.max_num_batched_tokens
         chunked = self.chunked_prefill
         running = self.running
+        block_tokens = self.kv.block_size
+        decodes = plan.decodes
+        decode_context = 0
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
-            num_tokens = request.num_uncomputed_tokens
+            computed = request.num_computed_tokens
+            num_tokens = request.prompt_tokens + request.num_generated - computed
+            if num_tokens == 1 and request.num_generated:
+                # The hot path, inlined: a decode whose next token fits in the blocks it holds.
+                if computed + 1 > request.num_blocks * block_tokens and \
+                        not self.grow_or_preempt(request, 1, plan):
+                    break
+                decodes.append(request)
+                decode_context += computed + 1
+                budget -= 1
+                i += 1
+                continue
             if num_tokens > budget:
                 if not chunked:
                     i += 1
@@ -40,9 +54,11 @@ class VLLMScheduler(Scheduler):
                 num_tokens = budget
             if not self.grow_or_preempt(request, num_tokens, plan):
                 break
-            plan.add_work(request, num_tokens)
+            plan.add_prefill(request, num_tokens)
             budget -= num_tokens
             i += 1
+        plan.num_decode_seqs = len(decodes)
+        plan.decode_context = decode_context
         if plan.preempted:
             return plan
         self._admit_waiting(plan, budget)

@@ -3,9 +3,15 @@
 ``decode_stretch_s`` prices ``k`` consecutive pure-decode steps whose context grows by
 ``context_growth`` tokens per step. It calls ``step_time_s`` once per step, in order, so the
 durations are bit-for-bit those the replica would get stepping one by one.
+
+Long stretches (``VECTOR_MIN_STEPS`` steps or more) may be priced with numpy instead, by models
+whose array expression performs the same IEEE operations in the same order as their scalar one,
+so the results stay bit-for-bit equal (numpy never fuses a multiply and an add).
 """
 
 from __future__ import annotations
+
+VECTOR_MIN_STEPS = 32  # below this a Python loop is cheaper than numpy's per-call overhead
 
 
 class StepTimeModel:

@@ -12,7 +12,9 @@ H100 at BF16, so the model is usable as it stands; fit your own with measurement
 from __future__ import annotations
 
 from sim.errors import require
-from sim.step_time.base import StepTimeModel
+import numpy as np
+
+from sim.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
 
 
 class LinearStepTime(StepTimeModel):
@@ -35,3 +37,13 @@ class LinearStepTime(StepTimeModel):
         return (self.c0 + self.c_prefill_token * num_prefill_tokens
                 + self.c_decode_seq * num_decode_seqs + self.c_prefill_attn * prefill_attn
                 + self.c_decode_attn * decode_context)
+
+    def decode_stretch_s(self, num_decode_seqs, decode_context, context_growth, num_steps):
+        if num_steps < VECTOR_MIN_STEPS:
+            return super().decode_stretch_s(num_decode_seqs, decode_context, context_growth,
+                                            num_steps)
+        context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+        # the scalar expression with P = Ap = 0, term by term in the same order
+        fixed = (self.c0 + self.c_prefill_token * 0 + self.c_decode_seq * num_decode_seqs
+                 + self.c_prefill_attn * 0)
+        return (fixed + self.c_decode_attn * context).tolist()

@@ -21,7 +21,9 @@ from __future__ import annotations
 from sim.deployment import Deployment
 from sim.errors import require
 from sim.model import bytes_per_element
-from sim.step_time.base import StepTimeModel
+import numpy as np
+
+from sim.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
 
 ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16 whatever the weight precision
 
@@ -72,3 +74,16 @@ class RooflineStepTime(StepTimeModel):
         busy = compute if compute > memory else memory
         return busy + self._allreduce_s_per_token * tokens + self._allreduce_fixed_s \
             + self._overhead_s
+
+    def decode_stretch_s(self, num_decode_seqs, decode_context, context_growth, num_steps):
+        if num_steps < VECTOR_MIN_STEPS:
+            return super().decode_stretch_s(num_decode_seqs, decode_context, context_growth,
+                                            num_steps)
+        # step_time_s with P = Ap = 0, operation for operation, on the array of contexts
+        tokens = num_decode_seqs
+        context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+        compute = self._s_per_token_flops * tokens + self._s_per_attn_pair * (0 + context)
+        memory = self._weights_read_s(tokens) + self._s_per_kv_token * (context + tokens)
+        busy = np.maximum(compute, memory)
+        return (busy + self._allreduce_s_per_token * tokens + self._allreduce_fixed_s
+                + self._overhead_s).tolist()
