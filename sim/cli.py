@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from sim.config import CONFIG_DIR, check_group_overrides
+from sim.config import CONFIG_DIR, check_overrides
 from sim.errors import ConfigError
 
 COMMANDS = ("run", "memory")
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     try:
-        check_group_overrides([a for a in argv if not a.startswith("-")])
+        check_overrides([a for a in argv if not a.startswith("-")])
     except ConfigError as err:
         _fail(err)
     if command == "memory":

@@ -76,17 +76,43 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
-def check_group_overrides(overrides: list[str]) -> None:
-    """Refuse ``group=option`` overrides naming an option that does not exist, in one line
-    (Hydra's own message spans several)."""
+def _default_options() -> dict[str, str]:
+    """The option each config group takes when the command line does not choose one."""
+    defaults = OmegaConf.load(CONFIG_DIR / "config.yaml").get("defaults", [])
+    return {k: v for entry in defaults if isinstance(entry, DictConfig) for k, v in entry.items()}
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Refuse, in one line, overrides that name an unknown group option or an unknown key.
+
+    Hydra would refuse them too, but in several lines; this catches them first by reading the
+    YAML files the overrides select. ``+key=value`` (adding a key) is left to the builders.
+    """
+    options = _default_options()
+    plain = []
     for override in overrides:
         key, sep, value = override.partition("=")
-        key = key.lstrip("+~")
-        if not sep or "." in key or "/" in key or key.startswith("hydra"):
+        if not sep or key.startswith(("+", "~", "hydra")):
             continue
-        if not (CONFIG_DIR / key).is_dir():
-            continue
-        for option in value.split(","):  # a multirun sweeps comma-separated options
-            if option not in group_options(key):
-                raise ConfigError(key, option, "unknown option; choose one of "
-                                  + ", ".join(group_options(key)))
+        if (CONFIG_DIR / key).is_dir():
+            for option in value.split(","):  # a multirun sweeps comma-separated options
+                if option not in group_options(key):
+                    raise ConfigError(key, option, "unknown option; choose one of "
+                                      + ", ".join(group_options(key)))
+            options[key] = value.split(",")[0]
+        else:
+            plain.append((key, value))
+    top = OmegaConf.load(CONFIG_DIR / "config.yaml")
+    for key, value in plain:
+        group, _, rest = key.partition(".")
+        if group in options and rest:
+            node = OmegaConf.load(CONFIG_DIR / group / f"{options[group]}.yaml")
+            path = rest
+        else:
+            node, path = top, key
+        if OmegaConf.select(node, path, default=_MISSING) is _MISSING:
+            where = f"{group}={options[group]}" if group in options else "config.yaml"
+            raise ConfigError(key, value, f"unknown key in {where} (use +{key}=... to add one)")
+
+
+_MISSING = object()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from array import array
 
+import numpy as np
+
 
 class StepRecorder:
     """The columns of ``steps.parquet`` for one replica (``replica_id`` is implied)."""
@@ -33,12 +35,21 @@ class StepRecorder:
         self.num_seqs.append(num_seqs)
         self.kv_blocks_used.append(kv_blocks_used)
 
-    def add_decode_stretch(self, start_time_s: float, durations_s: list[float],
-                           end_times_s: list[float], num_seqs: int, kv_blocks_used: list[int]
-                           ) -> None:
-        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each."""
+    def add_decode_stretch(self, start_time_s: float, durations_s, end_times_s, num_seqs: int,
+                           kv_blocks_used) -> None:
+        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each. The columns
+        come as lists, or as numpy arrays for long stretches (copied in as raw bytes)."""
         n = len(durations_s)
         self.start_time_s.append(start_time_s)
+        if isinstance(durations_s, np.ndarray):
+            self.start_time_s.frombytes(end_times_s[:n - 1].tobytes())
+            self.duration_s.frombytes(durations_s.tobytes())
+            self.num_prefill_tokens.frombytes(bytes(8 * n))
+            same = np.full(n, num_seqs, dtype=np.int64).tobytes()
+            self.num_decode_tokens.frombytes(same)
+            self.num_seqs.frombytes(same)
+            self.kv_blocks_used.frombytes(np.asarray(kv_blocks_used, np.int64).tobytes())
+            return
         self.start_time_s.extend(end_times_s[:n - 1])
         self.duration_s.extend(durations_s)
         self.num_prefill_tokens.extend([0] * n)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from sim.metrics import StepRecorder
@@ -112,21 +113,26 @@ class Replica:
         start = env.now
         durations = self.step_time.decode_stretch_s(plan.num_decode_seqs, plan.decode_context,
                                                     len(plan.decodes), num_steps)
-        end_times = []
-        t = start
-        for duration in durations:  # the same additions, in the same order, as step by step
-            t += duration
-            end_times.append(t)
+        # Step end times: the same additions, in the same order, as stepping one by one
+        # (numpy's cumulative sum adds sequentially, left to right).
+        if isinstance(durations, np.ndarray):
+            end_times = np.cumsum(np.concatenate(([start], durations)))[1:]
+        else:
+            end_times = []
+            t = start
+            for duration in durations:
+                t += duration
+                end_times.append(t)
         self._interruptible = True
         try:
-            yield timeout_at(env, end_times[-1])
+            yield timeout_at(env, float(end_times[-1]))
         except simpy.Interrupt:
             # Something arrived: finish the step in progress, then plan again.
             num_steps = bisect_left(end_times, env.now) + 1
-            yield timeout_at(env, end_times[num_steps - 1])
+            yield timeout_at(env, float(end_times[num_steps - 1]))
         self._interruptible = False
         finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
-                                                               end_times[num_steps - 1])
-        self.steps.add_decode_stretch(start, durations[:num_steps],
-                                      end_times[:num_steps], len(plan.decodes), blocks_used)
+                                                               float(end_times[num_steps - 1]))
+        self.steps.add_decode_stretch(start, durations[:num_steps], end_times[:num_steps],
+                                      len(plan.decodes), blocks_used)
         return finished

@@ -375,3 +375,52 @@ def test_bad_scheduler_args_raise(make):
 
     with pytest.raises(ConfigError, match=r"^scheduler\.\w+=0: "):
         make(KVCache(10, 4))
+
+
+# -- decode stretches -----------------------------------------------------------------------
+
+
+def decoding_scheduler(num_blocks=200):
+    """A vLLM scheduler with four requests decoding at different offsets inside their blocks."""
+    sched = VLLMScheduler(KVCache(num_blocks, 4), max_num_batched_tokens=256)
+    for i, (prompt, output) in enumerate([(3, 60), (4, 45), (9, 80), (14, 60)]):
+        sched.add(req(i, prompt, output))
+    step(sched, 0.0)
+    return sched
+
+
+@pytest.mark.parametrize("k", [2, 5, 40, 44])
+def test_advance_decodes_equals_stepping_one_by_one(k):
+    fast, slow = decoding_scheduler(), decoding_scheduler()
+    plan = fast.schedule(1.0)
+    assert plan.is_pure_decode
+    limit = fast.decode_stretch_limit(plan)
+    assert limit == 44  # the shortest remaining output: 45 - 1
+    finished_fast, blocks_used = fast.advance_decodes(plan, k, 99.0)
+    expected_blocks, finished_slow = [], []
+    for i in range(k):
+        p = slow.schedule(float(i))
+        assert decodes(p) == [0, 1, 2, 3] and p.preempted == []
+        expected_blocks.append(slow.kv.num_used_blocks)  # what the step row records
+        finished_slow = slow.on_step_end(p, 99.0)
+    assert [int(b) for b in blocks_used] == expected_blocks
+    assert [r.request_id for r in finished_fast] == [r.request_id for r in finished_slow]
+    assert fast.kv.num_used_blocks == slow.kv.num_used_blocks
+    for a, b in zip(sorted(fast.running + finished_fast, key=lambda r: r.request_id),
+                    sorted(slow.running + finished_slow, key=lambda r: r.request_id)):
+        assert (a.num_computed_tokens, a.num_generated, a.num_blocks, a.status,
+                a.completion_time_s) == (b.num_computed_tokens, b.num_generated, b.num_blocks,
+                                         b.status, b.completion_time_s)
+
+
+def test_decode_stretch_stops_before_the_kv_pool_runs_out():
+    sched = decoding_scheduler(num_blocks=12)
+    plan = sched.schedule(1.0)
+    limit = sched.decode_stretch_limit(plan)
+    assert 1 <= limit < 44
+    # stepping `limit` times never preempts; one more step would
+    for i in range(limit):
+        p = sched.schedule(float(i))
+        assert p.preempted == [] and len(p.decodes) == 4
+        sched.on_step_end(p, float(i))
+    assert sched.schedule(99.0).preempted != []

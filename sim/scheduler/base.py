@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from sim.errors import require
 from sim.kv_cache import KVCache
 from sim.request import COMPLETED, RUNNING, WAITING, Request
 from sim.scheduler.plan import StepPlan
+from sim.step_time.base import VECTOR_MIN_STEPS
 
 
 class Scheduler:
@@ -171,28 +174,31 @@ class Scheduler:
                 hi = mid - 1
         return lo
 
-    def advance_decodes(self, plan: StepPlan, num_steps: int, end_time_s: float
-                        ) -> tuple[list[Request], list[int]]:
+    def advance_decodes(self, plan: StepPlan, num_steps: int, end_time_s: float):
         """Apply ``num_steps`` repeats of the pure-decode ``plan`` at once, ending at
         ``end_time_s``.
 
         Returns the requests that completed (at the last step) and the KV blocks in use during
-        each step, for the step rows.
+        each step, for the step rows (a numpy array for long stretches, else a list).
         """
         kv = self.kv
         block = kv.block_size
-        added_at = [0] * num_steps  # blocks first needed at each step (a difference array)
+        vector = num_steps >= VECTOR_MIN_STEPS
+        # blocks first needed at each step: a difference array
+        added_at = np.zeros(num_steps, np.int64) if vector else [0] * num_steps
         finished: list[Request] = []
         used_before = kv.num_used_blocks
         for request in plan.decodes:
-            held_tokens = request.num_blocks * block
-            step = held_tokens - request.num_computed_tokens + 1  # first step needing a block
+            step = request.num_blocks * block - request.num_computed_tokens + 1  # first new block
             computed = request.num_computed_tokens + num_steps
             request.num_computed_tokens = computed
             if step <= num_steps:
-                while step <= num_steps:
-                    added_at[step - 1] += 1
-                    step += block
+                if vector:
+                    added_at[step - 1::block] += 1
+                else:
+                    while step <= num_steps:
+                        added_at[step - 1] += 1
+                        step += block
                 grown = kv.grow(request, computed)
                 assert grown is not None, "decode stretch outgrew the KV pool"
             request.num_generated += num_steps
@@ -201,13 +207,16 @@ class Scheduler:
                 request.completion_time_s = end_time_s
                 request.status = COMPLETED
                 finished.append(request)
-        blocks_used = []
-        total = used_before
-        for added in added_at:
-            total += added
-            blocks_used.append(total)
+        if vector:
+            blocks_used = used_before + np.cumsum(added_at)
+            total = int(blocks_used[-1])
+        else:
+            blocks_used = []
+            total = used_before
+            for added in added_at:
+                total += added
+                blocks_used.append(total)
         assert total == kv.num_used_blocks, "stretch block count disagrees with the KV pool"
         if finished:
             self._retire(finished)
         return finished, blocks_used
-

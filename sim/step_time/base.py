@@ -6,7 +6,8 @@ durations are bit-for-bit those the replica would get stepping one by one.
 
 Long stretches (``VECTOR_MIN_STEPS`` steps or more) may be priced with numpy instead, by models
 whose array expression performs the same IEEE operations in the same order as their scalar one,
-so the results stay bit-for-bit equal (numpy never fuses a multiply and an add).
+so the results stay bit-for-bit equal (numpy never fuses a multiply and an add). Those return a
+float64 numpy array; short stretches return a list.
 """
 
 from __future__ import annotations

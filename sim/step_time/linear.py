@@ -46,4 +46,4 @@ class LinearStepTime(StepTimeModel):
         # the scalar expression with P = Ap = 0, term by term in the same order
         fixed = (self.c0 + self.c_prefill_token * 0 + self.c_decode_seq * num_decode_seqs
                  + self.c_prefill_attn * 0)
-        return (fixed + self.c_decode_attn * context).tolist()
+        return fixed + self.c_decode_attn * context

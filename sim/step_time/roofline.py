@@ -86,4 +86,4 @@ class RooflineStepTime(StepTimeModel):
         memory = self._weights_read_s(tokens) + self._s_per_kv_token * (context + tokens)
         busy = np.maximum(compute, memory)
         return (busy + self._allreduce_s_per_token * tokens + self._allreduce_fixed_s
-                + self._overhead_s).tolist()
+                + self._overhead_s)
