@@ -32,9 +32,10 @@ def _run_task(cfg) -> None:
         result = simulate(cfg)
     except ConfigError as err:
         _fail(err)
-    output_dir = cfg.get("output_dir") or HydraConfig.get().runtime.output_dir
+    runtime = HydraConfig.get().runtime
+    output_dir = cfg.get("output_dir") or runtime.output_dir
     write_run(result, output_dir)
-    print(format_summary(result.summary, result.config, str(output_dir)))
+    print(format_summary(result.summary, result.config, str(output_dir), dict(runtime.choices)))
 
 
 def _memory(overrides: list[str]) -> None:

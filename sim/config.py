@@ -90,8 +90,20 @@ def check_overrides(overrides: list[str]) -> None:
     """
     options = _default_options()
     plain = []
+    extra = OmegaConf.create()  # keys that selected experiments add
     for override in overrides:
         key, sep, value = override.partition("=")
+        if key.lstrip("+") == "experiment" and sep:
+            for name in value.split(","):
+                if name not in group_options("experiment"):
+                    raise ConfigError("experiment", name, "unknown experiment; choose one of "
+                                      + ", ".join(group_options("experiment")))
+            body = OmegaConf.load(CONFIG_DIR / "experiment" / f"{value.split(',')[0]}.yaml")
+            for entry in body.pop("defaults", []):
+                for k, v in (entry.items() if isinstance(entry, DictConfig) else ()):
+                    options[k.removeprefix("override ").lstrip("/")] = v
+            extra = OmegaConf.merge(extra, body)
+            continue
         if not sep or key.startswith(("+", "~", "hydra")):
             continue
         if (CONFIG_DIR / key).is_dir():
@@ -110,7 +122,8 @@ def check_overrides(overrides: list[str]) -> None:
             path = rest
         else:
             node, path = top, key
-        if OmegaConf.select(node, path, default=_MISSING) is _MISSING:
+        if (OmegaConf.select(node, path, default=_MISSING) is _MISSING
+                and OmegaConf.select(extra, key, default=_MISSING) is _MISSING):
             where = f"{group}={options[group]}" if group in options else "config.yaml"
             raise ConfigError(key, value, f"unknown key in {where} (use +{key}=... to add one)")
 

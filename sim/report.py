@@ -13,16 +13,21 @@ def _num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None) -> str:
+def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None,
+                   choices: Mapping | None = None) -> str:
+    """The summary table; ``choices`` are Hydra's group choices (names the policies)."""
     model = cfg["model"]["name"]
     gpu = cfg["hardware"]["name"]
     fleet = cfg["fleet"]
     prec = cfg["precision"]
-    sched = cfg["scheduler"]["_target_"].rsplit(".", 1)[-1].removesuffix("Scheduler")
+    choices = choices or {}
+    sched = choices.get("scheduler") or cfg["scheduler"]["_target_"].rsplit(".", 1)[-1]
+    router = choices.get("router") or cfg["router"]["_target_"].rsplit(".", 1)[-1]
+    step_time = choices.get("step_time") or cfg["step_time"]["_target_"].rsplit(".", 1)[-1]
     lines = [
         f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {fleet['tp']} {gpu} "
         f"({summary['num_gpus']} GPUs), weights {prec['weights']}, KV {prec['kv']}, "
-        f"scheduler {sched}",
+        f"scheduler {sched}, router {router}, step time {step_time}",
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
         f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",
