@@ -7,6 +7,12 @@ to compute; when the computed tokens catch up with the known tokens, the model s
 output token. Prefill is "many tokens to catch up", decode is "one token to catch up", and a
 request preempted by recompute simply drops back to zero computed tokens.
 
+A recomputed request prefills every token but its last generated one, then decodes that one to
+sample the next. That is the same work as vLLM's recompute (which prefills them all and samples
+from the prefill), split so that every output token after the first comes from a decode step,
+which keeps a step's ``num_decode_tokens`` equal to the output tokens it produced after the
+first ones.
+
 What it leaves out: prefix sharing between requests, speculative decoding, and the content of
 the tokens (only counts matter).
 """
@@ -51,8 +57,12 @@ class Request:
 
     @property
     def num_uncomputed_tokens(self) -> int:
-        """Tokens still to push through the model before the next output token is sampled."""
-        return self.prompt_tokens + self.num_generated - self.num_computed_tokens
+        """Tokens the next step should compute for this request: the rest of the prompt, one
+        token for a decode, or (after a preemption) the tokens before the last generated one."""
+        missing = self.prompt_tokens + self.num_generated - self.num_computed_tokens
+        if self.num_generated and missing > 1:
+            return missing - 1  # recompute up to, not including, the last generated token
+        return missing
 
     @property
     def remaining_output_tokens(self) -> int:

@@ -199,12 +199,16 @@ def test_vllm_preempted_request_recomputes_prompt_and_outputs():
     assert plan.preempted == [r1] and fin == [r0]
     assert kv.num_used_blocks == 0
     plan, _ = step(sched, 3.0)
-    # r1 re-prefills its prompt and the one token it had generated: 5 tokens from 0.
-    assert prefills(plan) == [(1, 5)]
-    assert shape(plan) == (5, 0, 25, 0)
-    assert r1.num_generated == 2
+    # r1 recomputes every token but its last generated one: its 4 prompt tokens, from 0 ...
+    assert prefills(plan) == [(1, 4)]
+    assert shape(plan) == (4, 0, 16, 0)
+    assert r1.num_generated == 1 and r1.is_decoding
     assert r1.first_token_time_s == 1.0  # the first token stays when it was first produced
-    _, fin = step(sched, 4.0)
+    # ... then decodes that token to sample the next one (so every later token is a decode).
+    plan, _ = step(sched, 4.0)
+    assert decodes(plan) == [1] and shape(plan) == (0, 1, 0, 5)
+    assert r1.num_generated == 2
+    _, fin = step(sched, 5.0)
     assert fin == [r1] and r1.num_preemptions == 1
 
 
@@ -349,9 +353,11 @@ def test_rejection_reasons():
     assert chunked.rejection_reason(req(0, 5, 3)) is None  # 8 tokens = 4 blocks
     assert "never fit" in chunked.rejection_reason(req(0, 6, 3))
     assert "max context 10" in chunked.rejection_reason(req(0, 6, 5))
-    assert whole.rejection_reason(req(0, 8, 3)) is None
-    reason = whole.rejection_reason(req(0, 9, 3))
-    assert "max_num_batched_tokens" in reason
+    # without chunking, a prefill runs whole: the prompt, or prompt + output - 2 tokens when a
+    # request preempted before its last token recomputes
+    assert whole.rejection_reason(req(0, 7, 3)) is None
+    reason = whole.rejection_reason(req(0, 8, 3))
+    assert "a prefill of 9 tokens" in reason and "max_num_batched_tokens" in reason
     # a chunked scheduler splits the same prompt instead
     assert VLLMScheduler(KVCache(100, 2), max_num_batched_tokens=8).rejection_reason(
         req(0, 9, 3)) is None

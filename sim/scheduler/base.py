@@ -34,6 +34,8 @@ class Scheduler:
 
     # Whether a prompt may be split across steps; subclasses with chunking set it per instance.
     chunked_prefill = False
+    # Whether running requests can be preempted (and so recomputed later).
+    may_preempt = True
 
     def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
                  max_model_len: int | None = None):
@@ -56,9 +58,16 @@ class Scheduler:
             return f"{total} tokens exceed the model's max context {self.max_model_len}"
         if not self.kv.can_ever_hold(total):
             return f"{total} tokens never fit in {self.kv.capacity_tokens} KV tokens"
-        if not self.chunked_prefill and request.prompt_tokens > self.max_num_batched_tokens:
-            return (f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens "
-                    f"{self.max_num_batched_tokens} without chunked prefill")
+        if not self.chunked_prefill:
+            # Without chunking a prefill runs whole: the prompt, or, for a request preempted
+            # late, every token but its last (vLLM demands max_num_batched_tokens >=
+            # max_model_len for the same reason).
+            longest = request.prompt_tokens
+            if self.may_preempt:
+                longest = max(longest, request.prompt_tokens + request.output_tokens - 2)
+            if longest > self.max_num_batched_tokens:
+                return (f"a prefill of {longest} tokens exceeds max_num_batched_tokens "
+                        f"{self.max_num_batched_tokens} without chunked prefill")
         return None
 
     def add(self, request: Request) -> None:

@@ -18,6 +18,7 @@ from sim.scheduler.plan import StepPlan
 
 class StaticScheduler(Scheduler):
     chunked_prefill = False
+    may_preempt = False  # KV for the whole output is reserved at admission
 
     def __init__(self, kv, max_num_seqs: int = 32, max_num_batched_tokens: int = 65536,
                  max_model_len: int | None = None):

@@ -37,7 +37,9 @@ class VLLMScheduler(Scheduler):
             request = running[i]
             computed = request.num_computed_tokens
             num_tokens = request.prompt_tokens + request.num_generated - computed
-            if num_tokens == 1 and request.num_generated:
+            if request.num_generated and num_tokens > 1:
+                num_tokens -= 1  # a recompute stops before the last generated token
+            elif num_tokens == 1 and request.num_generated:
                 # The hot path, inlined: a decode whose next token fits in the blocks it holds.
                 if computed + 1 > request.num_blocks * block_tokens and \
                         not self.grow_or_preempt(request, 1, plan):
