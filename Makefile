@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 	$(PY) -m sim output_dir=outputs/demo
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -q -n 2 tests
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_speed.py

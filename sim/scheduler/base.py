@@ -159,21 +159,24 @@ class Scheduler:
 
     # -- decode stretches ------------------------------------------------------------------
 
-    def kv_stretch_limit(self, decodes: list[Request], max_steps: int) -> int:
-        """The most steps (<= max_steps) the decodes can take before the KV pool runs out.
-
-        Step ``s`` (1-based) of a stretch needs ``blocks_for(computed + s)`` blocks per request;
-        whatever the request already holds (the first step's blocks, at least) is not needed.
-        """
+    def pure_decode_stretch_limit(self, decodes: list[Request]) -> int:
+        """Steps the decodes can repeat before one of them completes or the KV pool runs out
+        (for policies whose admission cannot change while only decodes run)."""
+        max_steps = min(r.output_tokens - r.num_generated for r in decodes)
+        if max_steps <= 1:
+            return 1
         free = self.kv.num_free_blocks
         block = self.kv.block_size
+        # Each request needs at most one new block per `block` steps: often that settles it.
+        if free >= len(decodes) * ((max_steps - 1) // block + 1):
+            return max_steps
+        # Step `s` (1-based) needs blocks_for(computed + s) blocks per request, less what it
+        # holds (the first step's blocks, at least).
         first_need = [r.num_blocks * block - r.num_computed_tokens + 1 for r in decodes]
 
         def blocks_needed(steps: int) -> int:
             return sum((steps - first) // block + 1 for first in first_need if first <= steps)
 
-        if blocks_needed(max_steps) <= free:  # the common case: KV is not the limit
-            return max_steps
         lo, hi = 1, max_steps  # binary search the largest k whose new blocks fit
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -193,39 +196,51 @@ class Scheduler:
         kv = self.kv
         block = kv.block_size
         vector = num_steps >= VECTOR_MIN_STEPS
-        # blocks first needed at each step: a difference array
-        added_at = np.zeros(num_steps, np.int64) if vector else [0] * num_steps
+        first_steps = []  # per request crossing a block boundary: the first step that needs one
         finished: list[Request] = []
         used_before = kv.num_used_blocks
         for request in plan.decodes:
-            step = request.num_blocks * block - request.num_computed_tokens + 1  # first new block
+            step = request.num_blocks * block - request.num_computed_tokens + 1
             computed = request.num_computed_tokens + num_steps
             request.num_computed_tokens = computed
             if step <= num_steps:
-                if vector:
-                    added_at[step - 1::block] += 1
-                else:
-                    while step <= num_steps:
-                        added_at[step - 1] += 1
-                        step += block
-                grown = kv.grow(request, computed)
-                assert grown is not None, "decode stretch outgrew the KV pool"
+                first_steps.append(step)
+                # KVCache.grow, inlined for the hot path; the limit was checked when planning
+                # and the total is checked against the pool below.
+                new_blocks = (num_steps - step) // block + 1
+                request.num_blocks += new_blocks
+                kv.num_used_blocks += new_blocks
             request.num_generated += num_steps
             assert request.num_generated <= request.output_tokens, "stretch ran past a completion"
             if request.num_generated == request.output_tokens:
                 request.completion_time_s = end_time_s
                 request.status = COMPLETED
                 finished.append(request)
+        # Blocks in use at each step: a request needs a new block at its first step and every
+        # `block` steps after.
         if vector:
-            blocks_used = used_before + np.cumsum(added_at)
+            rows = -(-num_steps // block)
+            added = np.zeros(rows * block, np.int64)
+            if first_steps:
+                added[:num_steps] = np.bincount(np.asarray(first_steps) - 1, minlength=num_steps)
+            # row r holds steps r*block .. r*block+block-1: a cumulative sum down the columns
+            # repeats each first need every `block` steps
+            added = added.reshape(rows, block).cumsum(axis=0).ravel()[:num_steps]
+            blocks_used = used_before + np.cumsum(added)
             total = int(blocks_used[-1])
         else:
+            added_at = [0] * num_steps
+            for step in first_steps:
+                while step <= num_steps:
+                    added_at[step - 1] += 1
+                    step += block
             blocks_used = []
             total = used_before
             for added in added_at:
                 total += added
                 blocks_used.append(total)
-        assert total == kv.num_used_blocks, "stretch block count disagrees with the KV pool"
+        assert total == kv.num_used_blocks <= kv.num_blocks, (
+            f"stretch KV bookkeeping broken: {total} vs {kv.num_used_blocks} of {kv.num_blocks}")
         if finished:
             self._retire(finished)
         return finished, blocks_used

@@ -45,7 +45,4 @@ class PrefillFirstScheduler(Scheduler):
         # so none can until a request completes.
         if not plan.is_pure_decode:
             return 1
-        max_steps = min(r.output_tokens - r.num_generated for r in plan.decodes)
-        if max_steps <= 1:
-            return 1
-        return self.kv_stretch_limit(plan.decodes, max_steps)
+        return self.pure_decode_stretch_limit(plan.decodes)

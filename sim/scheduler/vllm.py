@@ -85,7 +85,4 @@ class VLLMScheduler(Scheduler):
         # for budget, seats or KV, and none of those improves until a request completes.
         if not plan.is_pure_decode or len(plan.decodes) != len(self.running):
             return 1
-        max_steps = min(r.output_tokens - r.num_generated for r in plan.decodes)
-        if max_steps <= 1:
-            return 1
-        return self.kv_stretch_limit(plan.decodes, max_steps)
+        return self.pure_decode_stretch_limit(plan.decodes)

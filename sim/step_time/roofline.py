@@ -58,7 +58,7 @@ class RooflineStepTime(StepTimeModel):
         else:
             self._allreduce_s_per_token = 0.0
             self._allreduce_fixed_s = 0.0
-        self._overhead_s = float(step_overhead_s)
+        self._fixed_s = self._allreduce_fixed_s + float(step_overhead_s)  # every step pays it
 
     def _weights_read_s(self, num_tokens: int) -> float:
         if self._dense:
@@ -72,8 +72,7 @@ class RooflineStepTime(StepTimeModel):
                    + self._s_per_attn_pair * (prefill_attn + decode_context))
         memory = self._weights_read_s(tokens) + self._s_per_kv_token * (decode_context + tokens)
         busy = compute if compute > memory else memory
-        return busy + self._allreduce_s_per_token * tokens + self._allreduce_fixed_s \
-            + self._overhead_s
+        return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
 
     def decode_stretch_s(self, num_decode_seqs, decode_context, context_growth, num_steps):
         if num_steps < VECTOR_MIN_STEPS:
@@ -85,5 +84,4 @@ class RooflineStepTime(StepTimeModel):
         compute = self._s_per_token_flops * tokens + self._s_per_attn_pair * (0 + context)
         memory = self._weights_read_s(tokens) + self._s_per_kv_token * (context + tokens)
         busy = np.maximum(compute, memory)
-        return (busy + self._allreduce_s_per_token * tokens + self._allreduce_fixed_s
-                + self._overhead_s)
+        return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
