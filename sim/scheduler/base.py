@@ -199,23 +199,26 @@ class Scheduler:
         first_steps = []  # per request crossing a block boundary: the first step that needs one
         finished: list[Request] = []
         used_before = kv.num_used_blocks
+        grown = 0
         for request in plan.decodes:
-            step = request.num_blocks * block - request.num_computed_tokens + 1
-            computed = request.num_computed_tokens + num_steps
-            request.num_computed_tokens = computed
+            computed = request.num_computed_tokens
+            step = request.num_blocks * block - computed + 1
+            request.num_computed_tokens = computed + num_steps
             if step <= num_steps:
                 first_steps.append(step)
                 # KVCache.grow, inlined for the hot path; the limit was checked when planning
                 # and the total is checked against the pool below.
                 new_blocks = (num_steps - step) // block + 1
                 request.num_blocks += new_blocks
-                kv.num_used_blocks += new_blocks
-            request.num_generated += num_steps
-            assert request.num_generated <= request.output_tokens, "stretch ran past a completion"
-            if request.num_generated == request.output_tokens:
+                grown += new_blocks
+            generated = request.num_generated + num_steps
+            request.num_generated = generated
+            if generated >= request.output_tokens:
+                assert generated == request.output_tokens, "stretch ran past a completion"
                 request.completion_time_s = end_time_s
                 request.status = COMPLETED
                 finished.append(request)
+        kv.num_used_blocks += grown
         # Blocks in use at each step: a request needs a new block at its first step and every
         # `block` steps after.
         if vector:

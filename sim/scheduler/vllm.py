@@ -32,33 +32,32 @@ class VLLMScheduler(Scheduler):
         block_tokens = self.kv.block_size
         decodes = plan.decodes
         decode_context = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            request = running[i]
+        # A for loop over a list that preemption pops from the end: it stops at the new end.
+        for request in running:
+            if budget <= 0:
+                break
             computed = request.num_computed_tokens
-            num_tokens = request.prompt_tokens + request.num_generated - computed
-            if request.num_generated and num_tokens > 1:
-                num_tokens -= 1  # a recompute stops before the last generated token
-            elif num_tokens == 1 and request.num_generated:
+            generated = request.num_generated
+            num_tokens = request.prompt_tokens + generated - computed
+            if num_tokens == 1 and generated:
                 # The hot path, inlined: a decode whose next token fits in the blocks it holds.
-                if computed + 1 > request.num_blocks * block_tokens and \
+                if computed >= request.num_blocks * block_tokens and \
                         not self.grow_or_preempt(request, 1, plan):
                     break
                 decodes.append(request)
                 decode_context += computed + 1
                 budget -= 1
-                i += 1
                 continue
+            if generated:
+                num_tokens -= 1  # a recompute stops before the last generated token
             if num_tokens > budget:
                 if not chunked:
-                    i += 1
                     continue
                 num_tokens = budget
             if not self.grow_or_preempt(request, num_tokens, plan):
                 break
             plan.add_prefill(request, num_tokens)
             budget -= num_tokens
-            i += 1
         plan.num_decode_seqs = len(decodes)
         plan.decode_context = decode_context
         if plan.preempted:

@@ -75,13 +75,21 @@ class RooflineStepTime(StepTimeModel):
         return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
 
     def decode_stretch_s(self, num_decode_seqs, decode_context, context_growth, num_steps):
-        if num_steps < VECTOR_MIN_STEPS:
-            return super().decode_stretch_s(num_decode_seqs, decode_context, context_growth,
-                                            num_steps)
-        # step_time_s with P = Ap = 0, operation for operation, on the array of contexts
+        # step_time_s with P = Ap = 0, operation for operation (the same products and sums in
+        # the same order), so each duration is bit-for-bit what a single step would cost.
         tokens = num_decode_seqs
-        context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
-        compute = self._s_per_token_flops * tokens + self._s_per_attn_pair * (0 + context)
-        memory = self._weights_read_s(tokens) + self._s_per_kv_token * (context + tokens)
-        busy = np.maximum(compute, memory)
-        return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
+        token_compute = self._s_per_token_flops * tokens
+        weights = self._weights_read_s(tokens)
+        per_step = self._allreduce_s_per_token * tokens + self._fixed_s
+        s_attn, s_kv = self._s_per_attn_pair, self._s_per_kv_token
+        if num_steps >= VECTOR_MIN_STEPS:
+            context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+            busy = np.maximum(token_compute + s_attn * context, weights + s_kv * (context + tokens))
+            return busy + per_step
+        durations = []
+        for i in range(num_steps):
+            context = decode_context + i * context_growth
+            compute = token_compute + s_attn * context
+            memory = weights + s_kv * (context + tokens)
+            durations.append((compute if compute > memory else memory) + per_step)
+        return durations
