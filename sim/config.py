@@ -55,22 +55,6 @@ def build(node: Mapping, group: str, **context: Any) -> Any:
     return cls(**given, **node)
 
 
-def positive_int(cfg: Mapping, key: str, field: str, minimum: int = 1) -> int:
-    value = cfg.get(key)
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-            field, value, f"must be an integer >= {minimum}")
-    return value
-
-
-def optional_positive(cfg: Mapping, key: str, field: str) -> float | None:
-    value = cfg.get(key)
-    if value is None:
-        return None
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
-            field, value, "must be > 0 or null")
-    return float(value)
-
-
 def group_options(group: str) -> list[str]:
     """The options of a config group: the YAML files in ``configs/<group>/``."""
     return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))

@@ -44,6 +44,16 @@ class RandomRouter:
         return int(self._rng.integers(len(replicas)))
 
 
+def _least_loaded(replicas: Sequence[RoutedReplica], load: str) -> int:
+    """Index of the replica with the smallest ``load`` attribute (the first, on ties)."""
+    best, best_load = 0, getattr(replicas[0], load)
+    for i in range(1, len(replicas)):
+        value = getattr(replicas[i], load)
+        if value < best_load:
+            best, best_load = i, value
+    return best
+
+
 class LeastOutstandingRouter:
     """The replica with the fewest requests in flight (queued or running)."""
 
@@ -51,12 +61,7 @@ class LeastOutstandingRouter:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
-        best, best_load = 0, replicas[0].num_outstanding
-        for i in range(1, len(replicas)):
-            load = replicas[i].num_outstanding
-            if load < best_load:
-                best, best_load = i, load
-        return best
+        return _least_loaded(replicas, "num_outstanding")
 
 
 class LeastTokensRouter:
@@ -66,9 +71,4 @@ class LeastTokensRouter:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
-        best, best_load = 0, replicas[0].committed_tokens
-        for i in range(1, len(replicas)):
-            load = replicas[i].committed_tokens
-            if load < best_load:
-                best, best_load = i, load
-        return best
+        return _least_loaded(replicas, "committed_tokens")

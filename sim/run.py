@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig, OmegaConf
 
-from sim import rng
+from sim import params, rng
 from sim.cluster import Cluster
-from sim.config import build, optional_positive, positive_int, to_dict
+from sim.config import build, to_dict
 from sim.deployment import Deployment
 from sim.errors import require
 from sim.hardware import GPU
@@ -43,7 +43,7 @@ def build_deployment(cfg: Mapping) -> Deployment:
     """Model, GPU, precisions, TP and the memory plan of one replica."""
     model = ModelSpec.from_config(cfg["model"])
     gpu = GPU.from_config(cfg["hardware"])
-    tp = positive_int(cfg["fleet"], "tp", "fleet.tp")
+    tp = params.integer(cfg["fleet"], "tp", required=True, ge=1, prefix="fleet")
     precision, memory, kv = cfg["precision"], cfg["memory"], cfg["kv"]
     plan = plan_memory(model, gpu, weights_precision=precision["weights"],
                        kv_precision=precision["kv"], tp=tp,
@@ -75,10 +75,8 @@ def _progress_callback(cfg: Mapping, total: int):
 
 def simulate(cfg: DictConfig | Mapping) -> RunResult:
     cfg = to_dict(cfg)
-    seed = cfg.get("seed", 0)
-    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", seed,
-            "must be an integer >= 0")
-    num_replicas = positive_int(cfg["fleet"], "replicas", "fleet.replicas")
+    seed = params.integer(cfg, "seed", default=0, ge=0, prefix="")
+    num_replicas = params.integer(cfg["fleet"], "replicas", required=True, ge=1, prefix="fleet")
     deployment = build_deployment(cfg)
     memory = deployment.memory
     kv_cfg = cfg["kv"]
@@ -86,9 +84,9 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     router = build(cfg["router"], "router", rng=rng.stream(seed, "router"))
     workload = build_workload(cfg["workload"], seed)
     sim_cfg = cfg["sim"]
-    horizon_s = optional_positive(sim_cfg, "horizon_s", "sim.horizon_s")
+    horizon_s = params.number(sim_cfg, "horizon_s", gt=0, prefix="sim")
     slo_cfg = cfg.get("slo") or {}
-    slo = Slo(*(optional_positive(slo_cfg, k, f"slo.{k}") for k in ("ttft_s", "tpot_s", "e2e_s")))
+    slo = Slo(*(params.number(slo_cfg, k, gt=0, prefix="slo") for k in ("ttft_s", "tpot_s", "e2e_s")))
 
     def make_scheduler():
         kv = KVCache(memory.num_blocks, memory.block_size, kv_cfg.get("watermark", 0.0))

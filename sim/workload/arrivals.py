@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.workload import params
+from sim import params
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_PER_DAY = 24
@@ -38,13 +38,25 @@ DEFAULT_DAILY_PROFILE = (
 )
 
 
-@dataclass(frozen=True)
-class PoissonArrivals:
+class _RenewalArrivals:
+    """Arrivals whose gaps are independent draws with mean ``1/qps``; times are their sums."""
+
     qps: float
 
     @property
     def mean_gap_s(self) -> float:
         return 1.0 / self.qps
+
+    def gaps_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def times_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.cumsum(self.gaps_s(rng, n))
+
+
+@dataclass(frozen=True)
+class PoissonArrivals(_RenewalArrivals):
+    qps: float
 
     @property
     def cv(self) -> float:
@@ -53,36 +65,22 @@ class PoissonArrivals:
     def gaps_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.exponential(self.mean_gap_s, size=n)
 
-    def times_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(self.gaps_s(rng, n))
-
 
 @dataclass(frozen=True)
-class GammaArrivals:
+class GammaArrivals(_RenewalArrivals):
     """Gamma gaps: shape ``1/cv^2``, scale ``cv^2/qps``, so mean ``1/qps`` and CV ``cv``."""
 
     qps: float
     cv: float
 
-    @property
-    def mean_gap_s(self) -> float:
-        return 1.0 / self.qps
-
     def gaps_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
         return rng.gamma(shape, self.mean_gap_s / shape, size=n)
 
-    def times_s(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.cumsum(self.gaps_s(rng, n))
-
 
 @dataclass(frozen=True)
-class ConstantArrivals:
+class ConstantArrivals(_RenewalArrivals):
     qps: float
-
-    @property
-    def mean_gap_s(self) -> float:
-        return 1.0 / self.qps
 
     @property
     def cv(self) -> float:
@@ -154,11 +152,11 @@ RENEWAL_KINDS = ("poisson", "gamma", "constant")
 def build_renewal(cfg: Mapping) -> PoissonArrivals | GammaArrivals | ConstantArrivals:
     """The renewal process of a ``poisson`` / ``gamma`` / ``constant`` workload config."""
     kind = cfg.get("kind")
-    qps = params.number(cfg, "qps", required=True, gt=0)
+    qps = params.number(cfg, "qps", required=True, gt=0, prefix="workload")
     if kind == "poisson":
         return PoissonArrivals(qps)
     if kind == "gamma":
-        return GammaArrivals(qps, params.number(cfg, "cv", required=True, gt=0))
+        return GammaArrivals(qps, params.number(cfg, "cv", required=True, gt=0, prefix="workload"))
     if kind == "constant":
         return ConstantArrivals(qps)
     raise ConfigError("workload.kind", kind, f"not a renewal process ({', '.join(RENEWAL_KINDS)})")
@@ -180,9 +178,9 @@ def build_daily(cfg: Mapping) -> DailyArrivals:
             "workload.profile", profile, "must be 24 finite hourly multipliers >= 0, not all 0"
         )
     return DailyArrivals(
-        qps=params.number(cfg, "qps", required=True, gt=0),
-        duration_s=params.number(cfg, "duration_s", required=True, gt=0),
+        qps=params.number(cfg, "qps", required=True, gt=0, prefix="workload"),
+        duration_s=params.number(cfg, "duration_s", required=True, gt=0, prefix="workload"),
         profile=tuple(float(v) for v in profile),
-        time_compression=params.number(cfg, "time_compression", default=1.0, gt=0),
-        start_hour=params.number(cfg, "start_hour", default=0.0, ge=0),
+        time_compression=params.number(cfg, "time_compression", default=1.0, gt=0, prefix="workload"),
+        start_hour=params.number(cfg, "start_hour", default=0.0, ge=0, prefix="workload"),
     )

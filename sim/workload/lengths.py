@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.workload import params
+from sim import params
 from sim.workload.traces import read_columns, resolve_path
 
 

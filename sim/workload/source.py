@@ -24,7 +24,8 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim.workload import arrivals, lengths, params, traces
+from sim import params
+from sim.workload import arrivals, lengths, traces
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +74,7 @@ def _sample_lengths(cfg: Mapping, seed: int, n: int) -> tuple[np.ndarray, np.nda
 
 def _renewal(cfg: Mapping, seed: int) -> Workload:
     process = arrivals.build_renewal(cfg)
-    n = params.integer(cfg, "num_requests", required=True, ge=1)
+    n = params.integer(cfg, "num_requests", required=True, ge=1, prefix="workload")
     prompt, output = _sample_lengths(cfg, seed, n)
     times = process.times_s(stream(seed, "workload.arrivals"), n)
     return Workload(prompt, output, times)
@@ -81,7 +82,7 @@ def _renewal(cfg: Mapping, seed: int) -> Workload:
 
 def _daily(cfg: Mapping, seed: int) -> Workload:
     process = arrivals.build_daily(cfg)
-    cap = params.integer(cfg, "num_requests", ge=1)
+    cap = params.integer(cfg, "num_requests", ge=1, prefix="workload")
     times = process.times_s(stream(seed, "workload.arrivals"), cap)
     if times.size == 0:
         raise ConfigError(
@@ -94,9 +95,9 @@ def _daily(cfg: Mapping, seed: int) -> Workload:
 
 
 def _closed_loop(cfg: Mapping, seed: int) -> Workload:
-    concurrency = params.integer(cfg, "concurrency", required=True, ge=1)
-    n = params.integer(cfg, "num_requests", required=True, ge=1)
-    think_time_s = params.number(cfg, "think_time_s", default=0.0, ge=0)
+    concurrency = params.integer(cfg, "concurrency", required=True, ge=1, prefix="workload")
+    n = params.integer(cfg, "num_requests", required=True, ge=1, prefix="workload")
+    think_time_s = params.number(cfg, "think_time_s", default=0.0, ge=0, prefix="workload")
     prompt, output = _sample_lengths(cfg, seed, n)
     return Workload(prompt, output, None, concurrency=concurrency, think_time_s=think_time_s)
 
@@ -121,5 +122,5 @@ def build_workload(cfg: Mapping, seed: int) -> Workload:
     """The workload described by ``cfg`` (the ``workload`` node as a dict) under ``seed``."""
     if not isinstance(cfg, Mapping):
         raise ConfigError("workload", cfg, "must be a mapping with a kind field")
-    kind = params.choice(cfg, "kind", list(BUILDERS))
+    kind = params.choice(cfg, "kind", list(BUILDERS), prefix="workload")
     return BUILDERS[kind](cfg, seed)

@@ -40,7 +40,7 @@ import sim
 from sim.arrow_numpy import column_to_numpy
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim.workload import params
+from sim import params
 
 TRACE_COLUMNS = ("arrival_time_s", "prompt_tokens", "output_tokens")
 
@@ -174,11 +174,11 @@ class TraceFilter:
     @classmethod
     def from_config(cls, cfg: Mapping) -> TraceFilter:
         return cls(
-            start_s=params.number(cfg, "start_s", default=0.0, ge=0),
-            duration_s=params.number(cfg, "duration_s", gt=0),
-            num_requests=params.integer(cfg, "num_requests", ge=1),
-            rate_scale=params.number(cfg, "rate_scale", default=1.0, gt=0),
-            spread_ticks_s=params.number(cfg, "spread_ticks_s", gt=0),
+            start_s=params.number(cfg, "start_s", default=0.0, ge=0, prefix="workload"),
+            duration_s=params.number(cfg, "duration_s", gt=0, prefix="workload"),
+            num_requests=params.integer(cfg, "num_requests", ge=1, prefix="workload"),
+            rate_scale=params.number(cfg, "rate_scale", default=1.0, gt=0, prefix="workload"),
+            spread_ticks_s=params.number(cfg, "spread_ticks_s", gt=0, prefix="workload"),
         )
 
     def apply(self, trace: Trace, seed: int) -> Trace:

@@ -1,9 +1,9 @@
-"""Reading and checking workload config values at the boundary.
+"""Reading and checking config values at the boundary.
 
-The workload config arrives as a plain dict (``OmegaConf.to_container(resolve=True)``). These
-helpers fetch one field, check its type and range, and raise ``ConfigError`` naming the full
-dotted field (``workload.qps``) and the offending value, so every bad input gives the same
-one-line error. They hold no state and know nothing about what the values mean.
+Config nodes arrive as plain dicts (``OmegaConf.to_container(resolve=True)``). These helpers
+fetch one field, check its type and range, and raise ``ConfigError`` naming the full dotted
+field (``workload.qps``, ``fleet.tp``) and the offending value, so every bad input gives the
+same one-line error. They hold no state and know nothing about what the values mean.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from collections.abc import Mapping
 
 from sim.errors import ConfigError
 
-PREFIX = "workload"
-
-
-def field_name(key: str, prefix: str = PREFIX) -> str:
+def field_name(key: str, prefix: str) -> str:
     """The dotted name users see in errors, e.g. ``workload.qps``."""
     return f"{prefix}.{key}" if prefix else key
 
@@ -34,7 +31,7 @@ def number(
     required: bool = False,
     gt: float | None = None,
     ge: float | None = None,
-    prefix: str = PREFIX,
+    prefix: str,
 ) -> float | None:
     """A finite float field; ``None`` when unset and not required."""
     value = cfg.get(key, default)
@@ -60,7 +57,7 @@ def integer(
     default: object = None,
     required: bool = False,
     ge: int | None = None,
-    prefix: str = PREFIX,
+    prefix: str,
 ) -> int | None:
     """An integer field (``2.0`` is accepted as 2, ``2.5`` is not); ``None`` when unset."""
     value = cfg.get(key, default)
@@ -77,7 +74,7 @@ def integer(
     return value
 
 
-def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str = PREFIX) -> str:
+def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str) -> str:
     """A required field that must be one of ``choices``; the error lists them."""
     value = cfg.get(key)
     if value not in choices:
