@@ -1,8 +1,10 @@
-"""Metric rows collected during a run: one row per scheduler step, appended to flat columns.
+"""Metric rows collected during a run: one row per scheduler step.
 
 Each replica has its own recorder, so its rows come out in time order and the fleet's table is
-the replicas' tables one after the other. Columns are typed ``array.array`` buffers: appending
-costs what a list append costs, and numpy reads them without copying.
+the replicas' tables one after the other. Single steps go into typed ``array.array`` columns
+(an append costs what a list append costs). A decode stretch arrives as a block of rows at
+once; it is kept as it came (its arrays, or its lists) and only expanded into columns when the
+table is built, so a long stretch costs one append on the hot path.
 """
 
 from __future__ import annotations
@@ -11,51 +13,68 @@ from array import array
 
 import numpy as np
 
+COLUMNS = ("start_time_s", "duration_s", "num_prefill_tokens", "num_decode_tokens", "num_seqs",
+           "kv_blocks_used")
+_TYPECODES = ("d", "d", "q", "q", "q", "q")
+
 
 class StepRecorder:
-    """The columns of ``steps.parquet`` for one replica (``replica_id`` is implied)."""
+    """The rows of ``steps.parquet`` for one replica (``replica_id`` is implied)."""
 
-    __slots__ = ("start_time_s", "duration_s", "num_prefill_tokens", "num_decode_tokens",
-                 "num_seqs", "kv_blocks_used")
+    __slots__ = ("_chunks", "_singles", "_num_rows")
 
     def __init__(self) -> None:
-        self.start_time_s = array("d")
-        self.duration_s = array("d")
-        self.num_prefill_tokens = array("q")
-        self.num_decode_tokens = array("q")
-        self.num_seqs = array("q")
-        self.kv_blocks_used = array("q")
+        self._chunks: list[dict[str, np.ndarray]] = []  # finished blocks of rows, in order
+        self._singles = tuple(array(code) for code in _TYPECODES)  # rows since the last block
+        self._num_rows = 0
 
     def add(self, start_time_s: float, duration_s: float, num_prefill_tokens: int,
             num_decode_tokens: int, num_seqs: int, kv_blocks_used: int) -> None:
-        self.start_time_s.append(start_time_s)
-        self.duration_s.append(duration_s)
-        self.num_prefill_tokens.append(num_prefill_tokens)
-        self.num_decode_tokens.append(num_decode_tokens)
-        self.num_seqs.append(num_seqs)
-        self.kv_blocks_used.append(kv_blocks_used)
+        start, duration, prefill, decode, seqs, blocks = self._singles
+        start.append(start_time_s)
+        duration.append(duration_s)
+        prefill.append(num_prefill_tokens)
+        decode.append(num_decode_tokens)
+        seqs.append(num_seqs)
+        blocks.append(kv_blocks_used)
+        self._num_rows += 1
 
     def add_decode_stretch(self, start_time_s: float, durations_s, end_times_s, num_seqs: int,
                            kv_blocks_used) -> None:
-        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each. The columns
-        come as lists, or as numpy arrays for long stretches (copied in as raw bytes)."""
+        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each (lists, or
+        numpy arrays for long stretches)."""
+        self._flush_singles()
         n = len(durations_s)
-        self.start_time_s.append(start_time_s)
-        if isinstance(durations_s, np.ndarray):
-            self.start_time_s.frombytes(end_times_s[:n - 1].tobytes())
-            self.duration_s.frombytes(durations_s.tobytes())
-            self.num_prefill_tokens.frombytes(bytes(8 * n))
-            same = np.full(n, num_seqs, dtype=np.int64).tobytes()
-            self.num_decode_tokens.frombytes(same)
-            self.num_seqs.frombytes(same)
-            self.kv_blocks_used.frombytes(np.asarray(kv_blocks_used, np.int64).tobytes())
-            return
-        self.start_time_s.extend(end_times_s[:n - 1])
-        self.duration_s.extend(durations_s)
-        self.num_prefill_tokens.extend([0] * n)
-        self.num_decode_tokens.extend([num_seqs] * n)
-        self.num_seqs.extend([num_seqs] * n)
-        self.kv_blocks_used.extend(kv_blocks_used)
+        self._chunks.append({"start_time_s": (start_time_s, end_times_s[:n - 1]),
+                             "duration_s": durations_s, "num_seqs": (num_seqs, n),
+                             "kv_blocks_used": kv_blocks_used})
+        self._num_rows += n
+
+    def _flush_singles(self) -> None:
+        if len(self._singles[0]):
+            self._chunks.append({name: np.array(col) for name, col in zip(COLUMNS, self._singles)})
+            self._singles = tuple(array(code) for code in _TYPECODES)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """All rows as numpy columns, in time order."""
+        self._flush_singles()
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
+        for chunk in self._chunks:
+            if "num_prefill_tokens" in chunk:  # a block of single steps
+                for name in COLUMNS:
+                    parts[name].append(chunk[name])
+                continue
+            first_start, later_starts = chunk["start_time_s"]
+            num_seqs, n = chunk["num_seqs"]
+            parts["start_time_s"] += [np.array([first_start]), np.asarray(later_starts, float)]
+            parts["duration_s"].append(np.asarray(chunk["duration_s"], float))
+            parts["num_prefill_tokens"].append(np.zeros(n, np.int64))
+            parts["num_decode_tokens"].append(np.full(n, num_seqs, np.int64))
+            parts["num_seqs"].append(np.full(n, num_seqs, np.int64))
+            parts["kv_blocks_used"].append(np.asarray(chunk["kv_blocks_used"], np.int64))
+        dtypes = dict(zip(COLUMNS, (float, float, np.int64, np.int64, np.int64, np.int64)))
+        return {name: np.concatenate(parts[name]) if parts[name] else np.empty(0, dtypes[name])
+                for name in COLUMNS}
 
     def __len__(self) -> int:
-        return len(self.duration_s)
+        return self._num_rows

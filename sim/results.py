@@ -113,14 +113,13 @@ def requests_table(requests: list[Request]) -> pa.Table:
 
 def steps_table(recorders: list[StepRecorder]) -> pa.Table:
     """One row per step, ordered by replica, then time (each recorder is one replica's rows)."""
-    columns = {f.name: [] for f in STEPS_SCHEMA}
-    for replica_id, steps in enumerate(recorders):
-        columns["replica_id"].append(np.full(len(steps), replica_id, dtype=np.int32))
-        for name in STEPS_SCHEMA.names[1:]:
-            columns[name].append(np.frombuffer(getattr(steps, name), dtype=np.dtype(
-                getattr(steps, name).typecode)))
-    arrays = [numpy_to_arrow(np.concatenate(columns[f.name]) if columns[f.name]
-                             else np.empty(0), f.type) for f in STEPS_SCHEMA]
+    per_replica = [steps.columns() for steps in recorders]
+    columns = {"replica_id": np.concatenate(
+        [np.full(len(steps), rid, np.int32) for rid, steps in enumerate(recorders)]
+        or [np.empty(0, np.int32)])}
+    for name in STEPS_SCHEMA.names[1:]:
+        columns[name] = np.concatenate([cols[name] for cols in per_replica])
+    arrays = [numpy_to_arrow(columns[f.name], f.type) for f in STEPS_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=STEPS_SCHEMA)
 
 
