@@ -49,9 +49,9 @@ class TimedCluster(Cluster):
 
     last: "TimedCluster | None" = None
 
-    def run(self, horizon_s=None):
+    def run(self):
         t0 = time.perf_counter()
-        super().run(horizon_s)
+        super().run()
         self.loop_s = time.perf_counter() - t0
         self.num_events = next(self.env._eid)
         TimedCluster.last = self

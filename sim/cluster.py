@@ -16,7 +16,7 @@ import simpy
 from sim.replica import Replica
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.scheduler.base import Scheduler
-from sim.simclock import timeout_at
+from sim.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
 from sim.step_time.base import StepTimeModel
 from sim.workload.source import Workload
 
@@ -24,7 +24,7 @@ from sim.workload.source import Workload
 class Cluster:
     def __init__(self, workload: Workload, num_replicas: int,
                  make_scheduler: Callable[[], Scheduler], step_time: StepTimeModel, router,
-                 fast_forward_decode: bool = True,
+                 fast_forward_decode: bool = True, horizon_s: float | None = None,
                  on_request_done: Callable[[Request], None] | None = None):
         self.env = simpy.Environment()
         self.workload = workload
@@ -33,39 +33,40 @@ class Cluster:
         self._progress = on_request_done
         self.replicas = [
             Replica(self.env, i, make_scheduler(), step_time, self._request_done,
-                    fast_forward_decode)
+                    fast_forward_decode, horizon_s)
             for i in range(num_replicas)
         ]
+        self.horizon_s = horizon_s
         self._prompts = workload.prompt_tokens.tolist()
         self._outputs = workload.output_tokens.tolist()
         if workload.arrival_time_s is None:
             self._closed_loop = True
             for _ in range(min(workload.concurrency, workload.num_requests)):
-                self._issue(0.0)
+                self._issue(0.0, ARRIVAL_PRIORITY)
         else:
             self._closed_loop = False
             self.env.process(self._open_loop(workload.arrival_time_s.tolist()))
 
-    def run(self, horizon_s: float | None = None) -> None:
-        """Simulate until every request has ended, or until ``horizon_s``."""
-        self.env.run(until=horizon_s)
+    def run(self) -> None:
+        """Simulate until every request has ended, or until the horizon."""
+        self.env.run(until=self.horizon_s)
         for request in self.requests:
             if request.status not in (COMPLETED, REJECTED):
                 request.status = UNFINISHED
 
-    def _issue(self, arrival_time_s: float) -> None:
+    def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
         index = len(self.requests)
         request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index])
         self.requests.append(request)
         replica = self.replicas[self.router.choose(request, self.replicas)]
-        replica.add(request)
+        replica.add(request, caller_priority)
 
     def _open_loop(self, arrival_times_s: list[float]):
         env = self.env
         for arrival_time_s in arrival_times_s:
             if arrival_time_s > env.now:
                 yield timeout_at(env, arrival_time_s)
-            self._issue(arrival_time_s)
+            self._issue(arrival_time_s, ARRIVAL_PRIORITY)
 
     def _request_done(self, request: Request) -> None:
         if self._progress is not None:
@@ -77,6 +78,8 @@ class Cluster:
             # A rejection happens inside _issue; going through the event queue (even with no
             # delay) keeps a run of rejections from recursing.
             when = self.env.now + think_time_s
-            timeout_at(self.env, when).callbacks.append(lambda _event: self._issue(when))
+            timeout_at(self.env, when).callbacks.append(
+                lambda _event: self._issue(when, ARRIVAL_PRIORITY))
         else:
-            self._issue(self.env.now)
+            # issued from inside the step end of the replica that finished the request
+            self._issue(self.env.now, step_end_priority(request.replica_id))

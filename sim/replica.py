@@ -18,14 +18,14 @@ only the number of SimPy events changes.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from typing import Callable
 
 import numpy as np
 import simpy
 
 from sim.metrics import StepRecorder
-from sim.simclock import timeout_at
+from sim.simclock import step_end_priority, timeout_at
 from sim.request import REJECTED, Request
 from sim.scheduler.base import Scheduler
 from sim.step_time.base import StepTimeModel
@@ -35,9 +35,12 @@ class Replica:
     """A replica: its scheduler (which owns the KV cache), its step-time model, its process."""
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 step_time: StepTimeModel, on_request_done: Callable[[Request], None], fast_forward_decode: bool = True):
+                 step_time: StepTimeModel, on_request_done: Callable[[Request], None],
+                 fast_forward_decode: bool = True, horizon_s: float | None = None):
         self.env = env
         self.replica_id = replica_id
+        self.priority = step_end_priority(replica_id)
+        self.horizon_s = horizon_s
         self.scheduler = scheduler
         self.step_time = step_time
         self.steps = StepRecorder()
@@ -49,8 +52,13 @@ class Replica:
         self._interruptible = False
         self.process = env.process(self._run())
 
-    def add(self, request: Request) -> None:
-        """Accept a routed request now, or reject it if it can never run here."""
+    def add(self, request: Request, caller_priority: int) -> None:
+        """Accept a routed request now, or reject it if it can never run here.
+
+        ``caller_priority`` is the priority of the event being processed (an arrival, or some
+        replica's step end): it says whether this replica's own step ending right now has
+        already been processed, which a decode stretch needs to know when interrupted.
+        """
         request.replica_id = self.replica_id
         if self.scheduler.rejection_reason(request) is not None:
             request.status = REJECTED
@@ -64,7 +72,7 @@ class Replica:
             wakeup.succeed()
         elif self._interruptible:
             self._interruptible = False
-            self.process.interrupt()
+            self.process.interrupt(caller_priority)
 
     def _done(self, finished: list[Request]) -> None:
         for request in finished:
@@ -99,7 +107,7 @@ class Replica:
                 duration = step_time_s(plan.num_prefill_tokens, plan.num_decode_seqs,
                                        plan.prefill_attn, plan.decode_context)
                 blocks_used = kv.num_used_blocks
-                yield env.timeout(duration)
+                yield timeout_at(env, start + duration, self.priority)
                 steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
                           plan.num_seqs, blocks_used)
                 finished = scheduler.on_step_end(plan, env.now)
@@ -123,13 +131,22 @@ class Replica:
             for duration in durations:
                 t += duration
                 end_times.append(t)
+        if self.horizon_s is not None:
+            # Steps ending at or after the horizon never end (as when stepping one by one).
+            num_steps = max(1, min(num_steps, bisect_left(end_times, self.horizon_s)))
         self._interruptible = True
         try:
-            yield timeout_at(env, float(end_times[-1]))
-        except simpy.Interrupt:
-            # Something arrived: finish the step in progress, then plan again.
-            num_steps = bisect_left(end_times, env.now) + 1
-            yield timeout_at(env, float(end_times[num_steps - 1]))
+            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
+        except simpy.Interrupt as interrupt:
+            # Something arrived: finish the step in progress, then plan again. If a step ends
+            # exactly now, stepping one by one would have ended it before the arrival when
+            # the arrival's event ranks after this replica's step ends.
+            now = env.now
+            if interrupt.cause > self.priority:
+                num_steps = min(num_steps, bisect_right(end_times, now) + 1)
+            else:
+                num_steps = min(num_steps, bisect_left(end_times, now) + 1)
+            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
         self._interruptible = False
         finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
                                                                float(end_times[num_steps - 1]))

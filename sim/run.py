@@ -97,9 +97,9 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     on_done, bar = _progress_callback(cfg, workload.num_requests)
     cluster = Cluster(workload, num_replicas, make_scheduler, step_time, router,
                       fast_forward_decode=bool(sim_cfg.get("fast_forward_decode", True)),
-                      on_request_done=on_done)
+                      horizon_s=horizon_s, on_request_done=on_done)
     try:
-        cluster.run(horizon_s)
+        cluster.run()
     finally:
         if bar is not None:
             bar.close()

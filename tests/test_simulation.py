@@ -126,6 +126,25 @@ FAST_FORWARD_CASES = {
                                     "workload.qps=50"],
     "two_replicas_rr_prefill_first_tiny": [*RANDOM, "fleet.replicas=2", "router=round_robin",
                                            *SCHEDULERS["prefill_first"], *TINY_KV],
+    # A horizon that falls inside decode stretches: steps ending after it never end.
+    "horizon_inside_stretches": [*RANDOM, "workload.qps=20", "sim.horizon_s=3"],
+    # Exact ties: arrivals and step ends at the same instants (constant step time, evenly
+    # spaced arrivals), across replicas, and closed-loop arrivals issued inside a step end.
+    "ties_constant_round_robin": [
+        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.25",
+        "workload=constant", "workload.qps=2", "workload.num_requests=60",
+        "workload.prompt_tokens=16", "workload.output_tokens=9", "router=round_robin",
+        "sim.progress=false"],
+    "ties_constant_least_outstanding_horizon": [
+        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.25",
+        "workload=constant", "workload.qps=2", "workload.num_requests=60",
+        "workload.prompt_tokens=16", "workload.output_tokens=9", "router=least_outstanding",
+        "sim.horizon_s=12", "sim.progress=false"],
+    "ties_closed_loop_three_replicas_tiny": [
+        "fleet.replicas=3", "step_time=constant", "step_time.seconds=0.01",
+        "workload=closed_loop", "workload.concurrency=7", "workload.num_requests=120",
+        "workload.prompt_tokens=100", "workload.output_tokens={dist:uniform,low:1,high:150}",
+        "router=least_tokens", *TINY_KV, "sim.progress=false"],
 }
 
 
