@@ -23,19 +23,39 @@ def _fail(err: ConfigError) -> None:
 
 
 def _run_task(cfg) -> None:
+    from pathlib import Path
+
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from sim.report import format_summary
     from sim.run import simulate, write_run
 
+    hydra_cfg = HydraConfig.get()
+    runtime = hydra_cfg.runtime
+    # In a multirun every job has its own folder (output_dir=... became the sweep folder).
+    output_dir = Path(runtime.output_dir if hydra_cfg.mode == RunMode.MULTIRUN
+                      else cfg.get("output_dir") or runtime.output_dir)
+    # A failed run must not leave an older run's summary looking like its own.
+    (output_dir / "summary.json").unlink(missing_ok=True)
     try:
         result = simulate(cfg)
     except ConfigError as err:
         _fail(err)
-    runtime = HydraConfig.get().runtime
-    output_dir = cfg.get("output_dir") or runtime.output_dir
     write_run(result, output_dir)
     print(format_summary(result.summary, result.config, str(output_dir), dict(runtime.choices)))
+
+
+def _hydra_dirs(argv: list[str]) -> list[str]:
+    """Point Hydra's own folder at ``output_dir=...``: the run's folder for one run, the sweep
+    folder (one subfolder per job) for a multirun. Otherwise Hydra would also create
+    ``outputs/DATE/TIME`` beside it."""
+    multirun = "-m" in argv or "--multirun" in argv
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
+    if not given or any(a.startswith(key + "=") for a in argv):
+        return []
+    return [f"{key}={given[-1]}"]
 
 
 def _memory(overrides: list[str]) -> None:
@@ -71,5 +91,5 @@ def main(argv: list[str] | None = None) -> None:
         return
     import hydra
 
-    sys.argv = [sys.argv[0]] + argv
+    sys.argv = [sys.argv[0]] + argv + _hydra_dirs(argv)
     hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_run_task)()

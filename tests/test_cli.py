@@ -24,7 +24,10 @@ def test_default_run_writes_the_four_files_and_prints_a_summary(tmp_path):
     out = tmp_path / "run"
     proc = fleetcast(f"output_dir={out}")  # the default config: finishes in seconds
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    # the run's files, plus Hydra's record of the run (.hydra/, cli.log) in the same folder
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, ".hydra", "cli.log"])
+    assert not (REPO_ROOT / "outputs").exists() or not any(
+        str(out) in p.read_text() for p in (REPO_ROOT / "outputs").rglob("overrides.yaml"))
     assert "TTFT" in proc.stdout and str(out) in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] > 0
@@ -82,3 +85,12 @@ def test_memory_refuses_a_model_that_does_not_fit():
     assert lines[0].startswith("error: hardware=")
     assert "fleet.tp" in lines[0]
     assert proc.stdout == ""
+
+
+def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
+    out = tmp_path / "sweep"
+    proc = fleetcast("-m", "fleet.replicas=1,2", f"output_dir={out}", "workload.duration_s=10")
+    assert proc.returncode == 0, proc.stderr
+    summaries = [json.loads((out / str(job) / "summary.json").read_text()) for job in (0, 1)]
+    assert [s["num_gpus"] for s in summaries] == [1, 2]
+    assert not (out / "summary.json").exists()

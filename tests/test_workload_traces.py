@@ -135,11 +135,21 @@ def test_bad_trace_inputs_are_one_line_errors(tmp_path):
         assert reason in message and "\n" not in message, message
 
 
-def test_empty_window_after_duration_is_an_error(tmp_path):
+def test_time_counts_from_the_first_arrival(tmp_path):
+    header = "arrival_time_s,prompt_tokens,output_tokens\n"
+    path = _csv(tmp_path, header + "100,1,1\n100.5,2,1\n130,3,1\n")
+    # "the first 30 seconds" of a trace whose clock starts at 100 s: 100 <= t < 130
+    wl = build_workload(trace(path=path, duration_s=30.0), 0)
+    assert wl.arrival_time_s.tolist() == [0.0, 0.5]
+    assert wl.prompt_tokens.tolist() == [1, 2]
+
+
+def test_empty_window_is_an_error(tmp_path):
     header = "arrival_time_s,prompt_tokens,output_tokens\n"
     path = _csv(tmp_path, header + "5,1,1\n6,1,1\n")
-    with pytest.raises(ConfigError, match=r"^workload\.duration_s=1\.0: keeps 0 requests"):
-        build_workload(trace(path=path, duration_s=1.0), 0)
+    with pytest.raises(ConfigError, match=r"^workload\.start_s=2\.0: keeps 0 requests "
+                                          r"\(the trace spans 1\.0 s from its first arrival\)$"):
+        build_workload(trace(path=path, start_s=2.0), 0)
 
 
 def test_missing_file_message():

@@ -9,14 +9,15 @@ time, or an arrival earlier than the row before it is a ``ConfigError`` naming t
 not sort silently, because an unsorted trace usually means the wrong column or a broken export,
 and a silent sort would replay a different workload than the one the user thinks they have.
 
-Filters apply in this fixed order, all on the trace's *original* clock until the last step:
+Filters apply in this fixed order, on the trace's own clock counted from its first arrival
+(so a trace whose timestamps start at 100 s starts at 0) until the last step:
 
 1. ``spread_ticks_s``: each arrival ``t`` becomes ``t + U[0, spread_ticks_s)`` (stream
    ``workload.spread``), then rows are stably re-sorted. Mooncake arrivals are quantized to
    3-s ticks (90% of gaps are exactly 0); spreading restores sub-tick arrivals.
 2. window: keep ``start_s <= t < start_s + duration_s`` (``duration_s`` null = to the end).
 3. re-base: ``t - start_s``, so the kept window starts at time 0 when ``start_s`` is set
-   (with the default ``start_s = 0`` arrival times are kept as they are).
+   (with the default ``start_s = 0`` the first arrival stays at 0).
 4. ``num_requests``: keep the first N of the window.
 5. ``rate_scale``: ``t / rate_scale``; X > 1 replays X times faster. Scaling last means
    ``duration_s`` always counts seconds of the original trace.
@@ -183,7 +184,9 @@ class TraceFilter:
 
     def apply(self, trace: Trace, seed: int) -> Trace:
         """The filtered trace, in the order of the module docstring; never empty."""
-        t = trace.arrival_time_s
+        # Time counts from the trace's first arrival: "the first S seconds" of a trace whose
+        # clock starts at 100 s are 100-100+S.
+        t = trace.arrival_time_s - trace.arrival_time_s[0]
         prompt, output = trace.prompt_tokens, trace.output_tokens
         if self.spread_ticks_s is not None:
             t = t + stream(seed, "workload.spread").uniform(0.0, self.spread_ticks_s, t.size)
@@ -203,5 +206,6 @@ class TraceFilter:
 
 def _require_rows(keep: np.ndarray, field: str, value: float, trace: Trace) -> None:
     if not keep.any():
-        span = float(trace.arrival_time_s[-1])
-        raise ConfigError(field, value, f"keeps 0 requests (the trace spans 0-{span:.1f} s)")
+        span = float(trace.arrival_time_s[-1] - trace.arrival_time_s[0])
+        raise ConfigError(field, value, f"keeps 0 requests (the trace spans {span:.1f} s from "
+                                        "its first arrival)")
