@@ -19,13 +19,11 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
 
 from sim.errors import require
 from sim.kv_cache import KVCache
 from sim.request import COMPLETED, RUNNING, WAITING, Request
 from sim.scheduler.plan import StepPlan
-from sim.step_time.base import VECTOR_MIN_STEPS
 
 
 class Scheduler:
@@ -165,52 +163,19 @@ class Scheduler:
         max_steps = min(r.output_tokens - r.num_generated for r in decodes)
         if max_steps <= 1:
             return 1
-        free = self.kv.num_free_blocks
-        block = self.kv.block_size
-        # Each request needs at most one new block per `block` steps: often that settles it.
-        if free >= len(decodes) * ((max_steps - 1) // block + 1):
-            return max_steps
-        # Step `s` (1-based) needs blocks_for(computed + s) blocks per request, less what it
-        # holds (the first step's blocks, at least).
-        first_need = [r.num_blocks * block - r.num_computed_tokens + 1 for r in decodes]
-
-        def blocks_needed(steps: int) -> int:
-            return sum((steps - first) // block + 1 for first in first_need if first <= steps)
-
-        lo, hi = 1, max_steps  # binary search the largest k whose new blocks fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if blocks_needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return self.kv.decode_steps_that_fit(decodes, max_steps)
 
     def advance_decodes(self, plan: StepPlan, num_steps: int, end_time_s: float):
         """Apply ``num_steps`` repeats of the pure-decode ``plan`` at once, ending at
         ``end_time_s``.
 
         Returns the requests that completed (at the last step) and the KV blocks in use during
-        each step, for the step rows (a numpy array for long stretches, else a list).
+        each step, for the step rows.
         """
-        kv = self.kv
-        block = kv.block_size
-        vector = num_steps >= VECTOR_MIN_STEPS
-        first_steps = []  # per request crossing a block boundary: the first step that needs one
+        blocks_used = self.kv.grow_decodes(plan.decodes, num_steps)
         finished: list[Request] = []
-        used_before = kv.num_used_blocks
-        grown = 0
         for request in plan.decodes:
-            computed = request.num_computed_tokens
-            step = request.num_blocks * block - computed + 1
-            request.num_computed_tokens = computed + num_steps
-            if step <= num_steps:
-                first_steps.append(step)
-                # KVCache.grow, inlined for the hot path; the limit was checked when planning
-                # and the total is checked against the pool below.
-                new_blocks = (num_steps - step) // block + 1
-                request.num_blocks += new_blocks
-                grown += new_blocks
+            request.num_computed_tokens += num_steps
             generated = request.num_generated + num_steps
             request.num_generated = generated
             if generated >= request.output_tokens:
@@ -218,32 +183,6 @@ class Scheduler:
                 request.completion_time_s = end_time_s
                 request.status = COMPLETED
                 finished.append(request)
-        kv.num_used_blocks += grown
-        # Blocks in use at each step: a request needs a new block at its first step and every
-        # `block` steps after.
-        if vector:
-            rows = -(-num_steps // block)
-            added = np.zeros(rows * block, np.int64)
-            if first_steps:
-                added[:num_steps] = np.bincount(np.asarray(first_steps) - 1, minlength=num_steps)
-            # row r holds steps r*block .. r*block+block-1: a cumulative sum down the columns
-            # repeats each first need every `block` steps
-            added = added.reshape(rows, block).cumsum(axis=0).ravel()[:num_steps]
-            blocks_used = used_before + np.cumsum(added)
-            total = int(blocks_used[-1])
-        else:
-            added_at = [0] * num_steps
-            for step in first_steps:
-                while step <= num_steps:
-                    added_at[step - 1] += 1
-                    step += block
-            blocks_used = []
-            total = used_before
-            for added in added_at:
-                total += added
-                blocks_used.append(total)
-        assert total == kv.num_used_blocks <= kv.num_blocks, (
-            f"stretch KV bookkeeping broken: {total} vs {kv.num_used_blocks} of {kv.num_blocks}")
         if finished:
             self._retire(finished)
         return finished, blocks_used

@@ -29,7 +29,7 @@ class VLLMScheduler(Scheduler):
         budget = self.max_num_batched_tokens
         chunked = self.chunked_prefill
         running = self.running
-        block_tokens = self.kv.block_size
+        kv = self.kv
         decodes = plan.decodes
         decode_context = 0
         # A for loop over a list that preemption pops from the end: it stops at the new end.
@@ -40,8 +40,9 @@ class VLLMScheduler(Scheduler):
             generated = request.num_generated
             num_tokens = request.prompt_tokens + generated - computed
             if num_tokens == 1 and generated:
-                # The hot path, inlined: a decode whose next token fits in the blocks it holds.
-                if computed >= request.num_blocks * block_tokens and \
+                # The hot path, inlined from add_decode: the cache grows the request if its
+                # next token needs a block; only when it cannot does anyone get preempted.
+                if kv.grow(request, computed + 1) is None and \
                         not self.grow_or_preempt(request, 1, plan):
                     break
                 decodes.append(request)

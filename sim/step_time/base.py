@@ -12,7 +12,6 @@ float64 numpy array; short stretches return a list.
 
 from __future__ import annotations
 
-VECTOR_MIN_STEPS = 32  # below this a Python loop is cheaper than numpy's per-call overhead
 
 
 class StepTimeModel:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from sim.errors import require
 import numpy as np
 
-from sim.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
+from sim.step_time.base import StepTimeModel
+from sim.vectorize import VECTOR_MIN_STEPS
 
 
 class LinearStepTime(StepTimeModel):

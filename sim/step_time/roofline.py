@@ -23,7 +23,8 @@ from sim.errors import require
 from sim.model import bytes_per_element
 import numpy as np
 
-from sim.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
+from sim.step_time.base import StepTimeModel
+from sim.vectorize import VECTOR_MIN_STEPS
 
 ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16 whatever the weight precision
 
