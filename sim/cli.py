@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from sim.config import CONFIG_DIR, check_overrides
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require
 
 COMMANDS = ("run", "memory")
 USAGE = __doc__
@@ -71,7 +71,17 @@ def _memory(overrides: list[str]) -> None:
         dep = build_deployment(cfg)
     except ConfigError as err:
         _fail(err)
-    lengths = [n for n in (512, 2048, 8192, 32768, 131072) if n <= dep.model.max_context_tokens]
+    asked = cfg["memory"].get("request_tokens")
+    if asked is not None:
+        try:
+            require(isinstance(asked, int) and asked >= 1, "memory.request_tokens", asked,
+                    "must be an integer >= 1")
+        except ConfigError as err:
+            _fail(err)
+        lengths = [asked]
+    else:
+        lengths = [n for n in (512, 2048, 8192, 32768, 131072)
+                   if n <= dep.model.max_context_tokens]
     print(format_plan(dep.memory, dep.model, dep.gpu, dep.weights_precision, dep.kv_precision,
                       lengths))
 

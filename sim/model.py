@@ -34,7 +34,8 @@ PRECISION_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4"
 def bytes_per_element(precision: str, field: str) -> float:
     """Bytes per element at ``precision``; ConfigError naming ``field`` if it is unknown."""
     if precision not in PRECISION_BYTES:
-        raise ConfigError(field, precision, "unknown precision; choose one of bf16, fp16, fp8, fp4")
+        choices = "bf16, fp16, fp8" if field == "precision.kv" else "bf16, fp16, fp8, fp4"
+        raise ConfigError(field, precision, f"unknown precision; choose one of {choices}")
     return PRECISION_BYTES[precision]
 
 

@@ -65,10 +65,6 @@ class Request:
         return missing
 
     @property
-    def remaining_output_tokens(self) -> int:
-        return self.output_tokens - self.num_generated
-
-    @property
     def is_decoding(self) -> bool:
         """True when one computed token away from the next output token, after the first."""
         return self.num_generated > 0 and self.num_computed_tokens == self.num_tokens - 1

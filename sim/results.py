@@ -10,6 +10,10 @@ defined once, here:
   the first token's wait, unlike TPOT);
 - ``e2e_s``: arrival to last token; ``queueing_delay_s``: arrival to first scheduled.
 
+The summary's distributions are over completed requests (``unfinished`` counts the rest). The
+table also gives ``ttft_s`` and ``queueing_delay_s`` of unfinished requests that got that far,
+so an overloaded run's worst waits stay visible.
+
 Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
 step. Goodput counts completed requests that meet every SLO set in ``slo``.
 """
@@ -85,7 +89,7 @@ def requests_table(requests: list[Request]) -> pa.Table:
     output = np.fromiter((r.output_tokens for r in requests), np.int64, n)
     # Only completed requests have latencies; the rest keep their partial timestamps.
     done = np.where(completed, done, np.nan)
-    ttft = np.where(completed, first - arrival, np.nan)
+    ttft = first - arrival  # also for an unfinished request that had its first token
     e2e = done - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(completed & (output > 1), (e2e - ttft) / (output - 1), np.nan)
@@ -168,7 +172,7 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
     kv_used = _column(steps, "kv_blocks_used").astype(float)
     busy = float(duration.sum())
     return {
-        "ttft_s": distribution(col["ttft_s"]),
+        "ttft_s": distribution(col["ttft_s"][completed]),
         "tpot_s": distribution(col["tpot_s"]),
         "itl_s": distribution(col["itl_s"]),
         "e2e_s": distribution(col["e2e_s"]),

@@ -89,7 +89,7 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     slo = Slo(*(params.number(slo_cfg, k, gt=0, prefix="slo") for k in ("ttft_s", "tpot_s", "e2e_s")))
 
     def make_scheduler():
-        kv = KVCache(memory.num_blocks, memory.block_size, kv_cfg.get("watermark", 0.0))
+        kv = KVCache(memory.num_blocks, memory.block_size, kv_cfg["watermark"])
         return build(cfg["scheduler"], "scheduler", kv=kv,
                      max_model_len=deployment.model.max_context_tokens)
 

@@ -6,6 +6,7 @@ a tensor-parallel degree that fits (GUIDE: a 70B model needs tp >= 2 on 80 GB GP
 """
 
 import numpy as np
+from omegaconf import OmegaConf
 import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -65,7 +66,13 @@ def test_every_option_composes_and_runs(group, option):
     assert s["completed"] >= 1
     assert result.steps.num_rows >= 1
     assert np.all(np.asarray(result.steps.column("duration_s")) > 0)
-    assert result.config[group] is not None
+    # the run used the option's own values, except those the test overrode
+    option_values = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml"))
+    overridden = {o.split("=")[0].split(".", 1)[1] for o in overrides
+                  if o.startswith(f"{group}.")}
+    for key, value in option_values.items():
+        if key not in overridden and key != "defaults":
+            assert result.config[group][key] == value, (group, option, key)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -86,8 +93,9 @@ EXPERIMENTS = group_options("experiment") if (CONFIG_DIR / "experiment").is_dir(
 @pytest.mark.parametrize("name", EXPERIMENTS or [
     pytest.param(None, marks=pytest.mark.skip(reason="configs/experiment/ has no experiments yet"))])
 def test_every_experiment_composes_and_runs(name):
-    cfg = compose(f"+experiment={name}", "sim.horizon_s=5", "workload.num_requests=50",
+    cfg = compose(f"+experiment={name}", "sim.horizon_s=30", "workload.num_requests=50",
                   "sim.progress=false")
     result = simulate(cfg)
     s = result.summary
+    assert s["completed"] >= 1 and s["num_steps"] == result.steps.num_rows >= 1
     assert s["completed"] + s["rejected"] + s["unfinished"] == s["num_requests"] >= 1

@@ -42,13 +42,6 @@ class StepPlan:
         self.num_decode_seqs += 1
         self.decode_context += request.num_computed_tokens + 1
 
-    def add_work(self, request: Request, num_tokens: int) -> None:
-        """Add ``num_tokens`` for ``request``, as a decode when that is what it is."""
-        if num_tokens == 1 and request.is_decoding:
-            self.add_decode(request)
-        else:
-            self.add_prefill(request, num_tokens)
-
     @property
     def num_seqs(self) -> int:
         return len(self.prefills) + len(self.decodes)

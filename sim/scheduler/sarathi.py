@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sim.errors import require
 from sim.kv_cache import KVCache
+from sim.request import RUNNING
 from sim.scheduler.vllm import VLLMScheduler
 from sim.scheduler.plan import StepPlan
 
@@ -28,9 +29,10 @@ class SarathiScheduler(VLLMScheduler):
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         budget = min(self.chunk_size, self.max_num_batched_tokens)
-        # Pass 1: every decode (stall-free). Iterate over a copy: preemption pops from running.
+        # Pass 1: every decode (stall-free), even past the budget, which then leaves nothing
+        # for prefills. Iterate over a copy: preemption pops from running.
         for request in list(self.running):
-            if request.status != "running" or not request.is_decoding or budget <= 0:
+            if request.status != RUNNING or not request.is_decoding:
                 continue
             if not self.grow_or_preempt(request, 1, plan):
                 continue

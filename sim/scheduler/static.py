@@ -11,7 +11,7 @@ Left out: padding of prompts to a common length in the prefill step.
 
 from __future__ import annotations
 
-from sim.request import COMPLETED
+from sim.request import COMPLETED, RUNNING
 from sim.scheduler.base import Scheduler
 from sim.scheduler.plan import StepPlan
 
@@ -36,7 +36,7 @@ class StaticScheduler(Scheduler):
                 if request.prompt_tokens > budget or self.kv.admit(request, total) is None:
                     break
                 self.waiting.popleft()
-                request.status = "running"
+                request.status = RUNNING
                 self.running.append(request)
                 self.batch.append(request)
                 plan.add_prefill(request, request.prompt_tokens)
@@ -57,7 +57,7 @@ class StaticScheduler(Scheduler):
 
     def _retire(self, finished) -> None:
         # Keep the KV reserved (the seat is held) until the whole batch ends.
-        self.running = [r for r in self.running if r.status == "running"]
+        self.running = [r for r in self.running if r.status == RUNNING]
 
     def decode_stretch_limit(self, plan: StepPlan) -> int:
         if not plan.is_pure_decode:

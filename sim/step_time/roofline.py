@@ -13,7 +13,10 @@ Per step, on each of the ``tp`` GPUs of a replica:
 
 ``t = max(t_compute, t_memory) + t_allreduce + step_overhead_s``. Compute and memory are assumed
 to overlap perfectly inside a step; all-reduces are not overlapped. Left out: kernel-level
-effects (tile quantisation, small-batch GEMM inefficiency), which the calibrated model captures.
+effects (tile quantisation, small-batch GEMM inefficiency), which the calibrated model captures;
+the causal mask (Ap counts every query-key pair of a chunk, about twice what causal attention
+computes inside the chunk, so very long prefills are priced high); and the reads of earlier KV
+by a prefill chunk.
 """
 
 from __future__ import annotations
@@ -26,17 +29,18 @@ import numpy as np
 from sim.step_time.base import StepTimeModel
 from sim.vectorize import VECTOR_MIN_STEPS
 
-ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16 whatever the weight precision
-
 
 class RooflineStepTime(StepTimeModel):
     def __init__(self, deployment: Deployment, compute_efficiency: float = 0.6,
-                 bandwidth_efficiency: float = 0.8, step_overhead_s: float = 0.002):
+                 bandwidth_efficiency: float = 0.8, step_overhead_s: float = 0.002,
+                 allreduce_bytes_per_element: float = 2.0):
         require(0 < compute_efficiency <= 1, "step_time.compute_efficiency", compute_efficiency,
                 "must be in (0, 1]")
         require(0 < bandwidth_efficiency <= 1, "step_time.bandwidth_efficiency",
                 bandwidth_efficiency, "must be in (0, 1]")
         require(step_overhead_s >= 0, "step_time.step_overhead_s", step_overhead_s, "must be >= 0")
+        require(allreduce_bytes_per_element > 0, "step_time.allreduce_bytes_per_element",
+                allreduce_bytes_per_element, "must be > 0")
         model, gpu, tp = deployment.model, deployment.gpu, deployment.tp
         self._model = model
         self._tp = tp
@@ -52,7 +56,8 @@ class RooflineStepTime(StepTimeModel):
         self._weights_s = model.weight_bytes(self._bytes_per_param) / tp / bytes_per_s
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
-            per_token = ring * model.hidden_size * ACTIVATION_BYTES / gpu.interconnect_bytes_per_s
+            per_token = (ring * model.hidden_size * allreduce_bytes_per_element
+                         / gpu.interconnect_bytes_per_s)
             n_allreduce = 2 * model.num_layers
             self._allreduce_s_per_token = n_allreduce * per_token
             self._allreduce_fixed_s = n_allreduce * gpu.interconnect_latency_s
