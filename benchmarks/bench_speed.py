@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 

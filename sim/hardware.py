@@ -16,11 +16,11 @@ nodes), and host memory / PCIe offload bandwidth.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError, require
+from sim.params import check_number
 
 # Precisions the tensor-core table knows. fp16 is not listed in the YAML because every GPU here
 # runs fp16 at its bf16 rate; from_config copies the bf16 figure.
@@ -42,11 +42,7 @@ _KNOWN_FIELDS = frozenset(("name", "dense_tflops", "sources", *_NUMBER_FIELDS))
 
 
 def _positive_number(value: object, field_name: str) -> float:
-    """Return ``value`` as a float, or raise ConfigError unless it is a finite number > 0."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    require(ok, field_name, value, "must be a number")
-    require(math.isfinite(value) and value > 0, field_name, value, "must be > 0")
-    return float(value)
+    return check_number(value, field_name, gt=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from sim.errors import ConfigError, require
 from sim.hardware import GPU
 from sim.model import ModelSpec, bytes_per_element
+from sim.params import check_integer, check_number
 
 _GIB = 2**30  # the reserve is configured in GiB, as vLLM and nvidia-smi report it
 _GB = 1e9  # the plan is printed in decimal GB, the unit of GPU datasheets
@@ -95,17 +96,13 @@ def plan_memory(
     require(kv_precision != "fp4", "precision.kv", kv_precision,
             "fp4 KV cache is not supported; choose one of bf16, fp16, fp8")
     _check_tp(model, tp)
-    ok = isinstance(gpu_memory_utilization, (int, float)) and not isinstance(gpu_memory_utilization, bool)
-    require(ok and 0 < gpu_memory_utilization <= 1, "memory.gpu_memory_utilization",
-            gpu_memory_utilization, "must be in (0, 1]")
-    ok = isinstance(activation_reserve_gib, (int, float)) and not isinstance(activation_reserve_gib, bool)
-    require(ok and 0 <= activation_reserve_gib < math.inf, "memory.activation_reserve_gib",
-            activation_reserve_gib, "must be >= 0")
-    ok = isinstance(block_size, int) and not isinstance(block_size, bool)
-    require(ok and block_size >= 1, "kv.block_size", block_size, "must be an integer >= 1")
+    gpu_memory_utilization = check_number(gpu_memory_utilization,
+                                          "memory.gpu_memory_utilization", gt=0, le=1)
+    activation_reserve_gib = check_number(activation_reserve_gib, "memory.activation_reserve_gib",
+                                          ge=0)
+    block_size = check_integer(block_size, "kv.block_size", ge=1)
     if num_blocks is not None:
-        ok = isinstance(num_blocks, int) and not isinstance(num_blocks, bool)
-        require(ok and num_blocks >= 1, "kv.num_blocks", num_blocks, "must be >= 1")
+        num_blocks = check_integer(num_blocks, "kv.num_blocks", ge=1)
 
     usable = gpu.memory_bytes * gpu_memory_utilization
     weights_per_gpu = model.weight_bytes(weight_bpe) / tp

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError, require
+from sim.params import check_integer, check_number
 
 # Bytes per stored element at each precision. fp4 packs two values per byte; per-group scale
 # factors (a few percent) are ignored.
@@ -170,18 +171,8 @@ class ModelSpec:
                 "must be a non-empty string")
         ints: dict[str, int] = {}
         for key in _INT_FIELDS:
-            value = cfg[key]
-            ok = isinstance(value, int) and not isinstance(value, bool)
-            require(ok, f"model.{key}", value, "must be an integer")
-            require(value >= 1, f"model.{key}", value, "must be >= 1")
-            ints[key] = value
-        floats: dict[str, float] = {}
-        for key in _FLOAT_FIELDS:
-            value = cfg[key]
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            require(ok, f"model.{key}", value, "must be a number")
-            require(value > 0 and value != float("inf"), f"model.{key}", value, "must be > 0")
-            floats[key] = float(value)
+            ints[key] = check_integer(cfg[key], f"model.{key}", ge=1)
+        floats = {key: check_number(cfg[key], f"model.{key}", gt=0) for key in _FLOAT_FIELDS}
 
         require(ints["num_attention_heads"] % ints["num_kv_heads"] == 0, "model.num_kv_heads",
                 ints["num_kv_heads"], f"must divide num_attention_heads={ints['num_attention_heads']}")

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from sim.errors import ConfigError
 
+
 def field_name(key: str, prefix: str) -> str:
     """The dotted name users see in errors, e.g. ``workload.qps``."""
     return f"{prefix}.{key}" if prefix else key
@@ -23,6 +24,31 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def check_number(value: object, name: str, *, gt: float | None = None,
+                 ge: float | None = None, le: float | None = None) -> float:
+    """``value`` as a finite float within the bounds, or ConfigError naming ``name``."""
+    if not _is_number(value) or not math.isfinite(float(value)):
+        raise ConfigError(name, value, "must be a finite number")
+    # errors show the value as the user wrote it
+    if gt is not None and not value > gt:
+        raise ConfigError(name, value, f"must be > {gt:g}")
+    if ge is not None and not value >= ge:
+        raise ConfigError(name, value, f"must be >= {ge:g}")
+    if le is not None and not value <= le:
+        raise ConfigError(name, value, f"must be <= {le:g}")
+    return float(value)
+
+
+def check_integer(value: object, name: str, *, ge: int | None = None) -> int:
+    """``value`` as an int (``2.0`` is accepted as 2, ``2.5`` is not), or ConfigError."""
+    if not _is_number(value) or not math.isfinite(float(value)) or float(value) != int(value):
+        raise ConfigError(name, value, "must be an integer")
+    value = int(value)
+    if ge is not None and value < ge:
+        raise ConfigError(name, value, f"must be >= {ge}")
+    return value
+
+
 def number(
     cfg: Mapping,
     key: str,
@@ -31,6 +57,7 @@ def number(
     required: bool = False,
     gt: float | None = None,
     ge: float | None = None,
+    le: float | None = None,
     prefix: str,
 ) -> float | None:
     """A finite float field; ``None`` when unset and not required."""
@@ -40,14 +67,7 @@ def number(
         if required:
             raise ConfigError(name, value, "required")
         return None
-    if not _is_number(value) or not math.isfinite(float(value)):
-        raise ConfigError(name, value, "must be a finite number")
-    value = float(value)
-    if gt is not None and not value > gt:
-        raise ConfigError(name, value, f"must be > {gt:g}")
-    if ge is not None and not value >= ge:
-        raise ConfigError(name, value, f"must be >= {ge:g}")
-    return value
+    return check_number(value, name, gt=gt, ge=ge, le=le)
 
 
 def integer(
@@ -59,19 +79,14 @@ def integer(
     ge: int | None = None,
     prefix: str,
 ) -> int | None:
-    """An integer field (``2.0`` is accepted as 2, ``2.5`` is not); ``None`` when unset."""
+    """An integer field; ``None`` when unset and not required."""
     value = cfg.get(key, default)
     name = field_name(key, prefix)
     if value is None:
         if required:
             raise ConfigError(name, value, "required")
         return None
-    if not _is_number(value) or not math.isfinite(float(value)) or float(value) != int(value):
-        raise ConfigError(name, value, "must be an integer")
-    value = int(value)
-    if ge is not None and value < ge:
-        raise ConfigError(name, value, f"must be >= {ge}")
-    return value
+    return check_integer(value, name, ge=ge)
 
 
 def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str) -> str:

@@ -25,9 +25,9 @@ import numpy as np
 import simpy
 
 from sim.metrics import StepRecorder
-from sim.simclock import step_end_priority, timeout_at
 from sim.request import REJECTED, Request
 from sim.scheduler.base import Scheduler
+from sim.simclock import step_end_priority, timeout_at
 from sim.step_time.base import StepTimeModel
 
 

@@ -17,7 +17,6 @@ from heapq import heappush
 import simpy
 from simpy.events import NORMAL
 
-
 ARRIVAL_PRIORITY = NORMAL  # SimPy's own URGENT (interrupts, the horizon) still comes first
 
 

@@ -6,10 +6,10 @@ a tensor-parallel degree that fits (GUIDE: a 70B model needs tp >= 2 on 80 GB GP
 """
 
 import numpy as np
-from omegaconf import OmegaConf
 import pytest
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
+from omegaconf import OmegaConf
 
 import sim.config
 from sim.config import CONFIG_DIR, group_options

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import deque
 
-
 from sim.errors import require
 from sim.kv_cache import KVCache
 from sim.request import COMPLETED, RUNNING, WAITING, Request

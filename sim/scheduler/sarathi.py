@@ -15,8 +15,8 @@ from __future__ import annotations
 from sim.errors import require
 from sim.kv_cache import KVCache
 from sim.request import RUNNING
-from sim.scheduler.vllm import VLLMScheduler
 from sim.scheduler.plan import StepPlan
+from sim.scheduler.vllm import VLLMScheduler
 
 
 class SarathiScheduler(VLLMScheduler):

@@ -13,7 +13,6 @@ float64 numpy array; short stretches return a list.
 from __future__ import annotations
 
 
-
 class StepTimeModel:
     """Base class: subclasses implement ``step_time_s``."""
 

@@ -11,9 +11,9 @@ H100 at BF16, so the model is usable as it stands; fit your own with measurement
 
 from __future__ import annotations
 
-from sim.errors import require
 import numpy as np
 
+from sim.errors import require
 from sim.step_time.base import StepTimeModel
 from sim.vectorize import VECTOR_MIN_STEPS
 

@@ -21,11 +21,11 @@ by a prefill chunk.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.deployment import Deployment
 from sim.errors import require
 from sim.model import bytes_per_element
-import numpy as np
-
 from sim.step_time.base import StepTimeModel
 from sim.vectorize import VECTOR_MIN_STEPS
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import ConfigError
 from sim import params
+from sim.errors import ConfigError
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_PER_DAY = 24

@@ -30,8 +30,8 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.errors import ConfigError
 from sim import params
+from sim.errors import ConfigError
 from sim.workload.traces import read_columns, resolve_path
 
 

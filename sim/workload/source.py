@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim import params
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim import params
 from sim.workload import arrivals, lengths, traces
 
 

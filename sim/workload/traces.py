@@ -38,10 +38,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 import sim
+from sim import params
 from sim.arrow_numpy import column_to_numpy
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim import params
 
 TRACE_COLUMNS = ("arrival_time_s", "prompt_tokens", "output_tokens")
 
