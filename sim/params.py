@@ -49,44 +49,28 @@ def check_integer(value: object, name: str, *, ge: int | None = None) -> int:
     return value
 
 
-def number(
-    cfg: Mapping,
-    key: str,
-    *,
-    default: object = None,
-    required: bool = False,
-    gt: float | None = None,
-    ge: float | None = None,
-    le: float | None = None,
-    prefix: str,
-) -> float | None:
+def _fetch(cfg: Mapping, key: str, default: object, required: bool, prefix: str):
+    """The field's value and dotted name; the value is None when unset and not required."""
+    value = cfg.get(key, default)
+    name = field_name(key, prefix)
+    if value is None and required:
+        raise ConfigError(name, value, "required")
+    return value, name
+
+
+def number(cfg: Mapping, key: str, *, default: object = None, required: bool = False,
+           gt: float | None = None, ge: float | None = None, le: float | None = None,
+           prefix: str) -> float | None:
     """A finite float field; ``None`` when unset and not required."""
-    value = cfg.get(key, default)
-    name = field_name(key, prefix)
-    if value is None:
-        if required:
-            raise ConfigError(name, value, "required")
-        return None
-    return check_number(value, name, gt=gt, ge=ge, le=le)
+    value, name = _fetch(cfg, key, default, required, prefix)
+    return None if value is None else check_number(value, name, gt=gt, ge=ge, le=le)
 
 
-def integer(
-    cfg: Mapping,
-    key: str,
-    *,
-    default: object = None,
-    required: bool = False,
-    ge: int | None = None,
-    prefix: str,
-) -> int | None:
+def integer(cfg: Mapping, key: str, *, default: object = None, required: bool = False,
+            ge: int | None = None, prefix: str) -> int | None:
     """An integer field; ``None`` when unset and not required."""
-    value = cfg.get(key, default)
-    name = field_name(key, prefix)
-    if value is None:
-        if required:
-            raise ConfigError(name, value, "required")
-        return None
-    return check_integer(value, name, ge=ge)
+    value, name = _fetch(cfg, key, default, required, prefix)
+    return None if value is None else check_integer(value, name, ge=ge)
 
 
 def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str) -> str:
