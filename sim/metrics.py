@@ -1,10 +1,10 @@
 """Metric rows collected during a run: one row per scheduler step.
 
 Each replica has its own recorder, so its rows come out in time order and the fleet's table is
-the replicas' tables one after the other. Single steps go into typed ``array.array`` columns
-(an append costs what a list append costs). A decode stretch arrives as a block of rows at
-once; it is kept as it came (its arrays, or its lists) and only expanded into columns when the
-table is built, so a long stretch costs one append on the hot path.
+the replicas' tables one after the other. Single steps and short decode stretches go into typed
+``array.array`` columns (an append costs what a list append costs). A long decode stretch
+arrives as numpy arrays; it is kept whole and only expanded into columns when the table is
+built, so it costs one append on the hot path.
 """
 
 from __future__ import annotations
@@ -41,18 +41,29 @@ class StepRecorder:
 
     def add_decode_stretch(self, start_time_s: float, durations_s, end_times_s, num_seqs: int,
                            kv_blocks_used) -> None:
-        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each (lists, or
-        numpy arrays for long stretches)."""
-        self._flush_singles()
+        """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each: lists for a
+        short stretch (appended like single steps), numpy arrays for a long one (kept whole)."""
         n = len(durations_s)
+        self._num_rows += n
+        if not isinstance(durations_s, np.ndarray):
+            start, duration, prefill, decode, seqs, blocks = self._singles
+            start.append(start_time_s)
+            start.extend(end_times_s[:n - 1])
+            duration.extend(durations_s)
+            prefill.extend([0] * n)
+            decode.extend([num_seqs] * n)
+            seqs.extend([num_seqs] * n)
+            blocks.extend(kv_blocks_used)
+            return
+        self._flush_singles()
         self._chunks.append({"start_time_s": (start_time_s, end_times_s[:n - 1]),
                              "duration_s": durations_s, "num_seqs": (num_seqs, n),
                              "kv_blocks_used": kv_blocks_used})
-        self._num_rows += n
 
     def _flush_singles(self) -> None:
         if len(self._singles[0]):
-            self._chunks.append({name: np.array(col) for name, col in zip(COLUMNS, self._singles)})
+            self._chunks.append({name: np.frombuffer(col, dtype=col.typecode)
+                                 for name, col in zip(COLUMNS, self._singles)})
             self._singles = tuple(array(code) for code in _TYPECODES)
 
     def columns(self) -> dict[str, np.ndarray]:
