@@ -63,6 +63,7 @@ class KVCache:
         if needed > self.num_blocks - self.num_used_blocks:
             return None
         request.num_blocks += needed
+        request.kv_slots = request.num_blocks * self.block_size
         self.num_used_blocks += needed
         return needed
 
@@ -81,6 +82,7 @@ class KVCache:
         """Release every block of ``request``."""
         self.num_used_blocks -= request.num_blocks
         request.num_blocks = 0
+        request.kv_slots = 0
         assert self.num_used_blocks >= 0, f"KV pool went negative ({self.num_used_blocks} blocks)"
 
     def decode_steps_that_fit(self, decodes: list[Request], max_steps: int) -> int:
@@ -91,7 +93,7 @@ class KVCache:
         # Each request needs at most one new block per `block` steps: often that settles it.
         if free >= len(decodes) * ((max_steps - 1) // block + 1):
             return max_steps
-        first_need = [r.num_blocks * block - r.num_computed_tokens + 1 for r in decodes]
+        first_need = [r.kv_slots - r.num_computed_tokens + 1 for r in decodes]
 
         def blocks_needed(steps: int) -> int:
             return sum((steps - first) // block + 1 for first in first_need if first <= steps)
@@ -115,11 +117,12 @@ class KVCache:
         first_steps = []  # per request that crosses a block boundary: the first step needing one
         grown = 0
         for request in decodes:
-            step = request.num_blocks * block - request.num_computed_tokens + 1
+            step = request.kv_slots - request.num_computed_tokens + 1
             if step <= num_steps:
                 first_steps.append(step)
                 new_blocks = (num_steps - step) // block + 1
                 request.num_blocks += new_blocks
+                request.kv_slots += new_blocks * block
                 grown += new_blocks
         self.num_used_blocks += grown
         assert self.num_used_blocks <= self.num_blocks, (

@@ -19,6 +19,7 @@ only the number of SimPy events changes.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Callable
 
 import numpy as np
@@ -126,11 +127,7 @@ class Replica:
         if isinstance(durations, np.ndarray):
             end_times = np.cumsum(np.concatenate(([start], durations)))[1:]
         else:
-            end_times = []
-            t = start
-            for duration in durations:
-                t += duration
-                end_times.append(t)
+            end_times = list(accumulate(durations, initial=start))[1:]
         if self.horizon_s is not None:
             # Steps ending at or after the horizon never end (as when stepping one by one).
             num_steps = max(1, min(num_steps, bisect_left(end_times, self.horizon_s)))

@@ -44,6 +44,9 @@ class Request:
     """Tokens whose KV is in the replica's cache."""
     num_blocks: int = 0
     """KV blocks this request holds; only the KV cache changes it."""
+    kv_slots: int = 0
+    """Tokens those blocks can hold (blocks x block size), kept by the KV cache so that a
+    scheduler can ask "is there room for one more token?" without counting blocks."""
     first_scheduled_time_s: float | None = None
     """When the request first got tokens in a step (the end of its queueing delay)."""
     first_token_time_s: float | None = None

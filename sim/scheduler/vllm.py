@@ -40,10 +40,10 @@ class VLLMScheduler(Scheduler):
             generated = request.num_generated
             num_tokens = request.prompt_tokens + generated - computed
             if num_tokens == 1 and generated:
-                # The hot path, inlined from add_decode: the cache grows the request if its
-                # next token needs a block; only when it cannot does anyone get preempted.
-                if kv.grow(request, computed + 1) is None and \
-                        not self.grow_or_preempt(request, 1, plan):
+                # The hot path, inlined from add_decode. Most decodes have room for their next
+                # token; otherwise the cache grows the request, or someone is preempted.
+                if computed >= request.kv_slots and kv.grow(request, computed + 1) is None \
+                        and not self.grow_or_preempt(request, 1, plan):
                     break
                 decodes.append(request)
                 decode_context += computed + 1

@@ -30,6 +30,9 @@ from sim.step_time.base import StepTimeModel
 from sim.vectorize import VECTOR_MIN_STEPS
 
 
+_SURE = 1.0 - 1e-9  # a margin far above float rounding, far below any modelling difference
+
+
 class RooflineStepTime(StepTimeModel):
     def __init__(self, deployment: Deployment, compute_efficiency: float = 0.6,
                  bandwidth_efficiency: float = 0.8, step_overhead_s: float = 0.002,
@@ -92,9 +95,16 @@ class RooflineStepTime(StepTimeModel):
             context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
             busy = np.maximum(token_compute + s_attn * context, weights + s_kv * (context + tokens))
             return busy + per_step
+        contexts = (range(decode_context, decode_context + context_growth * num_steps,
+                          context_growth) if context_growth else [decode_context] * num_steps)
+        # Compute and memory time are both linear in the context: when memory wins at both
+        # ends of the stretch, by more than rounding could undo, it wins at every step between.
+        first, last = contexts[0], contexts[-1]
+        if (token_compute + s_attn * first < (weights + s_kv * (first + tokens)) * _SURE
+                and token_compute + s_attn * last < (weights + s_kv * (last + tokens)) * _SURE):
+            return [weights + s_kv * (context + tokens) + per_step for context in contexts]
         durations = []
-        for i in range(num_steps):
-            context = decode_context + i * context_growth
+        for context in contexts:
             compute = token_compute + s_attn * context
             memory = weights + s_kv * (context + tokens)
             durations.append((compute if compute > memory else memory) + per_step)
