@@ -114,3 +114,37 @@ def test_bad_constructor_args_name_the_field(args, field):
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}=")
     assert "\n" not in str(err.value)
+
+
+def test_kv_slots_track_blocks_through_grow_stretch_and_free():
+    from sim.request import Request
+
+    kv = KVCache(num_blocks=20, block_size=4)
+    a, b = Request(0, 0.0, 5, 50), Request(1, 0.0, 3, 50)
+    kv.grow(a, 6)  # 2 blocks
+    kv.grow(b, 4)  # 1 block
+    for r in (a, b):
+        assert r.kv_slots == r.num_blocks * 4
+    a.num_computed_tokens, b.num_computed_tokens = 5, 3
+    # a decode stretch of 9 steps: a reaches 14 tokens (4 blocks), b 12 tokens (3 blocks)
+    assert kv.decode_steps_that_fit([a, b], 9) == 9
+    used = kv.grow_decodes([a, b], 9)
+    assert (a.num_blocks, b.num_blocks) == (4, 3)
+    assert [r.kv_slots for r in (a, b)] == [16, 12]
+    # blocks in use at each step: a needs blocks at steps 4 and 8, b at steps 2, 6
+    assert list(used) == [3, 4, 4, 5, 5, 6, 6, 7, 7]
+    assert kv.num_used_blocks == 7
+    kv.free(a)
+    assert (a.num_blocks, a.kv_slots, kv.num_used_blocks) == (0, 0, 3)
+
+
+def test_decode_steps_that_fit_stops_before_the_pool_runs_out():
+    from sim.request import Request
+
+    kv = KVCache(num_blocks=5, block_size=4)
+    a, b = Request(0, 0.0, 4, 50), Request(1, 0.0, 4, 50)
+    kv.grow(a, 5)
+    kv.grow(b, 5)  # 2 blocks each, 1 free; both have computed 4 tokens
+    a.num_computed_tokens = b.num_computed_tokens = 4
+    # steps 1-4 fit in held blocks (tokens 5..8); step 5 needs 2 new blocks, only 1 is free
+    assert kv.decode_steps_that_fit([a, b], 20) == 4
