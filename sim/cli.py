@@ -2,6 +2,8 @@
 
     fleetcast [run] [hydra overrides]      simulate one configuration (or sweep with -m)
     fleetcast memory [overrides]           print the memory plan of one replica
+    fleetcast collect SWEEP_DIR [--out PATH] [--no-requests]
+                                           a sweep's runs as one Parquet dataset
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -9,11 +11,12 @@ Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from sim.config import CONFIG_DIR, check_overrides
 from sim.errors import ConfigError, require
 
-COMMANDS = ("run", "memory")
+COMMANDS = ("run", "memory", "collect")
 USAGE = __doc__
 
 
@@ -23,27 +26,52 @@ def _fail(err: ConfigError) -> None:
 
 
 def _run_task(cfg) -> None:
-    from pathlib import Path
-
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    hydra_cfg = HydraConfig.get()
+    runtime = hydra_cfg.runtime
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        # Every job has its own folder (output_dir=... became the sweep folder).
+        _sweep_job(cfg, Path(runtime.output_dir), dict(runtime.choices))
+        return
+    output_dir = Path(cfg.get("output_dir") or runtime.output_dir)
+    try:
+        _simulate_into(cfg, output_dir, dict(runtime.choices))
+    except ConfigError as err:
+        _fail(err)
+
+
+def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
     from sim.report import format_summary
     from sim.run import simulate, write_run
 
-    hydra_cfg = HydraConfig.get()
-    runtime = hydra_cfg.runtime
-    # In a multirun every job has its own folder (output_dir=... became the sweep folder).
-    output_dir = Path(runtime.output_dir if hydra_cfg.mode == RunMode.MULTIRUN
-                      else cfg.get("output_dir") or runtime.output_dir)
     # A failed run must not leave an older run's summary looking like its own.
     (output_dir / "summary.json").unlink(missing_ok=True)
-    try:
-        result = simulate(cfg)
-    except ConfigError as err:
-        _fail(err)
+    result = simulate(cfg)
     write_run(result, output_dir)
-    print(format_summary(result.summary, result.config, str(output_dir), dict(runtime.choices)))
+    print(format_summary(result.summary, result.config, str(output_dir), choices))
+
+
+def _sweep_job(cfg, job_dir: Path, choices: dict) -> None:
+    """One job of a sweep: skipped when its folder already holds this exact run (resume); a
+    bad configuration is recorded in error.txt and does not stop the other jobs."""
+    from sim.sweep import ERROR, job_status, resolved
+
+    if job_status(job_dir, resolved(cfg)) == "complete":
+        print(f"{job_dir}: complete, skipped")
+        return
+    for stale in job_dir.glob(".*.partial"):  # left by a job killed while writing
+        stale.unlink()
+    (job_dir / ERROR).unlink(missing_ok=True)
+    try:
+        _simulate_into(cfg, job_dir, choices)
+    except ConfigError as err:
+        (job_dir / ERROR).write_text(f"error: {err}\n")
+        print(f"error: {err}", file=sys.stderr)
+    except Exception as err:
+        (job_dir / ERROR).write_text(f"{type(err).__name__}: {err}\n")
+        raise
 
 
 def _hydra_dirs(argv: list[str]) -> list[str]:
@@ -92,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
+    if command == "collect":
+        from sim.collect import main as collect_main
+
+        sys.exit(collect_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
     except ConfigError as err:

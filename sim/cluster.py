@@ -1,7 +1,8 @@
-"""A fleet of identical replicas behind a router, fed by a workload, in one SimPy environment.
+"""A fleet of replicas behind a router, fed by a workload, in one SimPy environment.
 
-Open-loop workloads (traces, Poisson, ...) arrive at their own times whatever the fleet does.
-A closed-loop workload keeps ``concurrency`` requests in flight: each request that ends
+Each replica serves one model, or several sharing its GPU (``sim.placement``); a request goes to
+a replica that serves the model it asks for. Open-loop workloads (traces, Poisson, ...) arrive
+at their own times whatever the fleet does. A closed-loop workload keeps ``concurrency`` requests in flight: each request that ends
 (completed or rejected) releases the next one, after ``think_time_s``, as serving benchmarks
 do. Every request ever issued is kept in ``requests``, in issue order, to become one row of
 ``requests.parquet``.
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from sim.replica import Replica
+from sim.shared_replica import SharedReplica
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.scheduler.base import Scheduler
 from sim.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
@@ -21,21 +24,40 @@ from sim.step_time.base import StepTimeModel
 from sim.workload.source import Workload
 
 
+Engine = tuple[int, Scheduler, StepTimeModel]
+"""What serves one model on a replica: the model id, its scheduler (with its KV cache), its
+step-time model."""
+
+
 class Cluster:
-    def __init__(self, workload: Workload, num_replicas: int,
-                 make_scheduler: Callable[[], Scheduler], step_time: StepTimeModel, router,
-                 fast_forward_decode: bool = True, horizon_s: float | None = None,
+    def __init__(self, workload: Workload, replica_engines: list[list[Engine]], router,
+                 model_ids: np.ndarray | None = None, fast_forward_decode: bool = True,
+                 horizon_s: float | None = None,
                  on_request_done: Callable[[Request], None] | None = None):
+        """``replica_engines[i]`` lists what replica ``i`` serves: one engine for a replica of
+        one model, several for a GPU shared by models. ``model_ids`` says which model each
+        request asks for (all model 0 when None)."""
         self.env = simpy.Environment()
         self.workload = workload
         self.router = router
         self.requests: list[Request] = []
         self._progress = on_request_done
-        self.replicas = [
-            Replica(self.env, i, make_scheduler(), step_time, self._request_done,
-                    fast_forward_decode, horizon_s)
-            for i in range(num_replicas)
-        ]
+        self.replicas: list[Replica] = []
+        for i, engines in enumerate(replica_engines):
+            if len(engines) == 1:
+                model_id, scheduler, step_time = engines[0]
+                replica = Replica(self.env, i, scheduler, step_time, self._request_done,
+                                  fast_forward_decode, horizon_s, model_id)
+            else:
+                replica = SharedReplica(self.env, i, engines, self._request_done, horizon_s)
+            self.replicas.append(replica)
+        # the replicas that serve each model, in replica order, for the router to choose from
+        self._hosts: dict[int, list[Replica]] = {}
+        for replica, engines in zip(self.replicas, replica_engines):
+            for model_id, _, _ in engines:
+                self._hosts.setdefault(model_id, []).append(replica)
+        self._model_ids = (model_ids.tolist() if model_ids is not None
+                           else [0] * workload.num_requests)
         self.horizon_s = horizon_s
         self._prompts = workload.prompt_tokens.tolist()
         self._outputs = workload.output_tokens.tolist()
@@ -56,10 +78,11 @@ class Cluster:
 
     def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
         index = len(self.requests)
-        request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index])
+        request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index],
+                          model_id=self._model_ids[index])
         self.requests.append(request)
-        replica = self.replicas[self.router.choose(request, self.replicas)]
-        replica.add(request, caller_priority)
+        hosts = self._hosts[request.model_id]
+        hosts[self.router.choose(request, hosts)].add(request, caller_priority)
 
     def _open_loop(self, arrival_times_s: list[float]):
         env = self.env

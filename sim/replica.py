@@ -37,9 +37,11 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
                  step_time: StepTimeModel, on_request_done: Callable[[Request], None],
-                 fast_forward_decode: bool = True, horizon_s: float | None = None):
+                 fast_forward_decode: bool = True, horizon_s: float | None = None,
+                 model_id: int = 0):
         self.env = env
         self.replica_id = replica_id
+        self.model_id = model_id
         self.priority = step_end_priority(replica_id)
         self.horizon_s = horizon_s
         self.scheduler = scheduler
@@ -74,6 +76,11 @@ class Replica:
         elif self._interruptible:
             self._interruptible = False
             self.process.interrupt(caller_priority)
+
+    @property
+    def recorders(self) -> list[tuple[int, StepRecorder]]:
+        """The step rows of each model this replica serves, by model id."""
+        return [(self.model_id, self.steps)]
 
     def _done(self, finished: list[Request]) -> None:
         for request in finished:

@@ -13,6 +13,13 @@ def _num(x, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
+def _placement(node: Mapping) -> str:
+    if node.get("mode", "single") == "single":
+        return ""
+    return (f", {node['mode']} with {node['second_model']} "
+            f"({node['traffic_share']:.0%} of requests)")
+
+
 def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None,
                    choices: Mapping | None = None) -> str:
     """The summary table; ``choices`` are Hydra's group choices (names the policies)."""
@@ -27,7 +34,8 @@ def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None
     lines = [
         f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {fleet['tp']} {gpu} "
         f"({summary['num_gpus']} GPUs), weights {prec['weights']}, KV {prec['kv']}, "
-        f"scheduler {sched}, router {router}, step time {step_time}",
+        f"scheduler {sched}, router {router}, step time {step_time}"
+        + _placement(cfg.get("placement") or {}),
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
         f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",

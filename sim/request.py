@@ -37,6 +37,8 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     replica_id: int = -1
+    model_id: int = 0
+    """Which of the fleet's models the request asks for (see ``sim.placement``)."""
     status: str = WAITING
     num_generated: int = 0
     """Output tokens sampled so far (the first one comes from the step that ends the prefill)."""

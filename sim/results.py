@@ -15,7 +15,8 @@ table also gives ``ttft_s`` and ``queueing_delay_s`` of unfinished requests that
 so an overloaded run's worst waits stay visible.
 
 Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
-step. Goodput counts completed requests that meet every SLO set in ``slo``.
+step. Goodput counts completed requests that meet every SLO set in ``slo``. The ``cost`` block
+comes from sim/cost.py (what the fleet costs, and the unit costs derived from these rates).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 
 from sim.arrow_numpy import column_to_numpy, numpy_to_arrow, strings_to_arrow
+from sim.cost import CostConfig, fleet_cost
+from sim.hardware import GPU
 from sim.metrics import StepRecorder
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 
@@ -46,6 +49,7 @@ REQUESTS_SCHEMA = pa.schema([
     ("num_preemptions", pa.int32()),
     ("itl_s", pa.float64()),
     ("queueing_delay_s", pa.float64()),
+    ("model_id", pa.int32()),
 ])
 
 STEPS_SCHEMA = pa.schema([
@@ -56,6 +60,7 @@ STEPS_SCHEMA = pa.schema([
     ("num_decode_tokens", pa.int32()),
     ("num_seqs", pa.int32()),
     ("kv_blocks_used", pa.int32()),
+    ("model_id", pa.int32()),
 ])
 
 PERCENTILES = (50, 90, 95, 99)
@@ -109,21 +114,34 @@ def requests_table(requests: list[Request]) -> pa.Table:
         "num_preemptions": np.fromiter((r.num_preemptions for r in requests), np.int32, n),
         "itl_s": _floats(itl),
         "queueing_delay_s": _floats(scheduled - arrival),
+        "model_id": np.fromiter((r.model_id for r in requests), np.int32, n),
     }
     arrays = [c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
               for f in REQUESTS_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
 
 
-def steps_table(recorders: list[StepRecorder]) -> pa.Table:
-    """One row per step, ordered by replica, then time (each recorder is one replica's rows)."""
-    per_replica = [steps.columns() for steps in recorders]
-    columns = {"replica_id": np.concatenate(
-        [np.full(len(steps), rid, np.int32) for rid, steps in enumerate(recorders)]
-        or [np.empty(0, np.int32)])}
-    for name in STEPS_SCHEMA.names[1:]:
-        columns[name] = np.concatenate([cols[name] for cols in per_replica])
-    arrays = [numpy_to_arrow(columns[f.name], f.type) for f in STEPS_SCHEMA]
+def steps_table(replica_recorders: list[list[tuple[int, StepRecorder]]]) -> pa.Table:
+    """One row per step, ordered by replica, then time. ``replica_recorders[i]`` holds replica
+    ``i``'s rows, one recorder per model it serves."""
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in STEPS_SCHEMA.names}
+    for replica_id, recorders in enumerate(replica_recorders):
+        columns = [(model_id, steps.columns()) for model_id, steps in recorders]
+        order = None
+        if len(columns) > 1:  # models sharing a GPU took turns: interleave their rows
+            order = np.argsort(np.concatenate([c["start_time_s"] for _, c in columns]),
+                               kind="stable")
+        n = sum(len(c["start_time_s"]) for _, c in columns)
+        merged = {"replica_id": np.full(n, replica_id, np.int32),
+                  "model_id": np.concatenate([np.full(len(c["start_time_s"]), m, np.int32)
+                                              for m, c in columns])}
+        for name in STEPS_SCHEMA.names:
+            if name not in merged:
+                merged[name] = np.concatenate([c[name] for _, c in columns])
+        for name, values in merged.items():
+            parts[name].append(values if order is None else values[order])
+    arrays = [numpy_to_arrow(np.concatenate(parts[f.name]) if parts[f.name]
+                             else np.empty(0), f.type) for f in STEPS_SCHEMA]
     return pa.Table.from_arrays(arrays, schema=STEPS_SCHEMA)
 
 
@@ -144,8 +162,11 @@ def distribution(values: np.ndarray) -> dict[str, float | None]:
 
 def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
               num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: int,
-              usd_per_gpu_hour: float) -> dict:
-    """The summary.json object (GUIDE section 3), from the two tables."""
+              gpu: GPU, cost: CostConfig | None = None) -> dict:
+    """The summary.json object (GUIDE section 3), from the two tables.
+
+    ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
+    """
     col = {name: _column(requests, name)
            for name in ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
                         "e2e_s", "itl_s", "queueing_delay_s", "num_preemptions")}
@@ -161,16 +182,16 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
         return x / span_s if span_s > 0 else None
 
     out_tokens = float(col["output_tokens"][completed].sum())
-    all_tokens = out_tokens + float(col["prompt_tokens"][completed].sum())
+    in_tokens = float(col["prompt_tokens"][completed].sum())
+    all_tokens = out_tokens + in_tokens
     good = completed.copy()
     for bound, name in ((slo.ttft_s, "ttft_s"), (slo.tpot_s, "tpot_s"), (slo.e2e_s, "e2e_s")):
         if bound is not None:
             values = np.nan_to_num(col[name], nan=0.0) if name == "tpot_s" else col[name]
             good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
-    usd_per_hour = num_gpus * usd_per_gpu_hour
-    out_per_s = rate(out_tokens)
     kv_used = _column(steps, "kv_blocks_used").astype(float)
     busy = float(duration.sum())
+    busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
     return {
         "ttft_s": distribution(col["ttft_s"][completed]),
         "tpot_s": distribution(col["tpot_s"]),
@@ -179,7 +200,7 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
         "queueing_delay_s": distribution(col["queueing_delay_s"][completed]),
         "throughput": {
             "requests_per_s": rate(float(completed.sum())),
-            "output_tokens_per_s": out_per_s,
+            "output_tokens_per_s": rate(out_tokens),
             "total_tokens_per_s": rate(all_tokens),
         },
         "goodput_requests_per_s": rate(float(good.sum())),
@@ -199,13 +220,11 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
             "mean": float((kv_used * duration).sum() / busy / kv_num_blocks) if busy else None,
             "max": float(kv_used.max() / kv_num_blocks) if len(kv_used) else None,
         },
-        "gpu_busy_fraction": (busy / (span_s * num_replicas)) if span_s > 0 else None,
-        "cost": {
-            "usd_per_gpu_hour": usd_per_gpu_hour,
-            "usd_per_hour": usd_per_hour,
-            "usd_per_million_output_tokens": (usd_per_hour / 3600.0 / out_per_s * 1e6
-                                              if out_per_s else None),
-        },
+        "gpu_busy_fraction": busy_fraction,
+        "cost": fleet_cost(cost or CostConfig(), gpu, num_gpus=num_gpus, duration_s=span_s,
+                           completed_requests=int(completed.sum()), good_requests=int(good.sum()),
+                           input_tokens=in_tokens, output_tokens=out_tokens,
+                           gpu_busy_fraction=busy_fraction),
     }
 
 

@@ -21,12 +21,14 @@ from omegaconf import DictConfig, OmegaConf
 from sim import params, rng
 from sim.cluster import Cluster
 from sim.config import build, to_dict
+from sim.cost import CostConfig
 from sim.deployment import Deployment
 from sim.errors import require
 from sim.hardware import GPU
 from sim.kv_cache import KVCache
 from sim.memory import plan_memory
 from sim.model import ModelSpec
+from sim.placement import build_placement
 from sim.results import Slo, requests_table, steps_table, summarize, to_json
 from sim.workload.source import build_workload
 
@@ -77,25 +79,32 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     cfg = to_dict(cfg)
     seed = params.integer(cfg, "seed", default=0, ge=0, prefix="")
     num_replicas = params.integer(cfg["fleet"], "replicas", required=True, ge=1, prefix="fleet")
-    deployment = build_deployment(cfg)
+    placement = build_placement(cfg, num_replicas, build_deployment)
+    deployment = placement.deployments[0]
     memory = deployment.memory
     kv_cfg = cfg["kv"]
-    step_time = build(cfg["step_time"], "step_time", deployment=deployment)
+    step_times = [build(cfg["step_time"], "step_time", deployment=d)
+                  for d in placement.deployments]
     router = build(cfg["router"], "router", rng=rng.stream(seed, "router"))
     workload = build_workload(cfg["workload"], seed)
     sim_cfg = cfg["sim"]
     horizon_s = params.number(sim_cfg, "horizon_s", gt=0, prefix="sim")
     slo_cfg = cfg.get("slo") or {}
     slo = Slo(*(params.number(slo_cfg, k, gt=0, prefix="slo") for k in ("ttft_s", "tpot_s", "e2e_s")))
+    cost = CostConfig.from_config(cfg.get("cost"))  # validated before the run; absent: defaults
 
-    def make_scheduler():
-        kv = KVCache(memory.num_blocks, memory.block_size, kv_cfg["watermark"])
+    def make_scheduler(model_id: int):
+        plan = placement.deployments[model_id].memory
+        kv = KVCache(plan.num_blocks, plan.block_size, kv_cfg["watermark"])
         return build(cfg["scheduler"], "scheduler", kv=kv,
-                     max_model_len=deployment.model.max_context_tokens)
+                     max_model_len=placement.deployments[model_id].model.max_context_tokens)
 
-    make_scheduler()  # validate the scheduler options before anything runs
+    make_scheduler(0)  # validate the scheduler options before anything runs
+    replica_engines = [[(m, make_scheduler(m), step_times[m]) for m in models]
+                       for models in placement.replica_models]
     on_done, bar = _progress_callback(cfg, workload.num_requests)
-    cluster = Cluster(workload, num_replicas, make_scheduler, step_time, router,
+    cluster = Cluster(workload, replica_engines, router,
+                      model_ids=placement.model_ids(workload.num_requests, seed),
                       fast_forward_decode=bool(sim_cfg.get("fast_forward_decode", True)),
                       horizon_s=horizon_s, on_request_done=on_done)
     try:
@@ -104,11 +113,11 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
         if bar is not None:
             bar.close()
     requests = requests_table(cluster.requests)
-    steps = steps_table([replica.steps for replica in cluster.replicas])
+    steps = steps_table([replica.recorders for replica in cluster.replicas])
     summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
                         num_replicas=num_replicas, kv_capacity_tokens=memory.kv_capacity_tokens,
                         kv_num_blocks=memory.num_blocks,
-                        usd_per_gpu_hour=deployment.gpu.usd_per_gpu_hour)
+                        gpu=deployment.gpu, cost=cost)
     return RunResult(requests, steps, summary, cfg)
 
 

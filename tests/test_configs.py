@@ -25,6 +25,7 @@ EXTRA = {
     ("model", "qwen25_32b"): ["fleet.tp=2"],
     ("workload", "trace"): ["workload.path=data/traces/azure_llm_2023_conv.parquet"],
     ("workload", "daily"): ["workload.qps=5", "workload.duration_s=60"],
+    ("placement", "dedicated"): ["fleet.replicas=2"],  # one replica per model
 }
 NOT_A_GROUP = {"experiment"}  # optional overlays, tested below
 
