@@ -27,7 +27,7 @@ EXTRA = {
     ("workload", "daily"): ["workload.qps=5", "workload.duration_s=60"],
     ("placement", "dedicated"): ["fleet.replicas=2"],  # one replica per model
 }
-NOT_A_GROUP = {"experiment"}  # optional overlays, tested below
+NOT_A_GROUP = {"experiment", "hydra"}  # optional overlays (tested below); Hydra's own groups
 
 
 def compose(*overrides: str):
