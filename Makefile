@@ -1,12 +1,16 @@
 # make demo   set up a virtual environment, install Fleetcast, run the default simulation
 # make test   set up the same environment and run the test suite
+# make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
 # make bench  print the speed benchmark figures
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean
+VENV_RAY ?= .venv-ray
+PY_RAY := $(VENV_RAY)/bin/python
+
+.PHONY: demo test test-ray bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +24,18 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2 tests
 
+# Ray pins an older cloudpickle than joblib 1.6 wants: its own environment (docs/ray.md)
+$(VENV_RAY)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_RAY)
+	$(PY_RAY) -m pip install --quiet --upgrade pip
+	$(PY_RAY) -m pip install --quiet -e '.[test,ray]'
+	touch $@
+
+test-ray: $(VENV_RAY)/.installed
+	RAY_USAGE_STATS_ENABLED=0 $(PY_RAY) -m pytest -q -n 2 tests
+
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_speed.py
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) $(VENV_RAY) outputs multirun .pytest_cache

@@ -10,6 +10,7 @@ Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -80,10 +81,16 @@ def _hydra_dirs(argv: list[str]) -> list[str]:
     ``outputs/DATE/TIME`` beside it."""
     multirun = "-m" in argv or "--multirun" in argv
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
-    if not given or any(a.startswith(key + "=") for a in argv):
+    if any(a.startswith(key + "=") for a in argv):
         return []
-    return [f"{key}={given[-1]}"]
+    # Absolute: a launcher may run the jobs in another directory (Ray workers start in the
+    # Ray node's directory, not the caller's), and Hydra resolves the job folders there.
+    given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
+    if given and given[-1] not in ("", "null"):
+        return [f"{key}={os.path.abspath(os.path.expanduser(given[-1]))}"]
+    if multirun:  # Hydra's default sweep folder, made absolute
+        return [f"{key}={os.path.abspath('multirun')}/${{now:%Y-%m-%d}}/${{now:%H-%M-%S}}"]
+    return []
 
 
 def _memory(overrides: list[str]) -> None:
