@@ -26,11 +26,14 @@ class RoundRobinRouter:
     """Replicas in turn, whatever their load."""
 
     def __init__(self, **_):
-        self._next = 0
+        # One turn counter per list of candidates: the cluster passes one list per model
+        # (sim.placement), and each model's replicas take their own turns.
+        self._next: dict[int, int] = {}
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
-        index = self._next
-        self._next = (index + 1) % len(replicas)
+        key = id(replicas)
+        index = self._next.get(key, 0)
+        self._next[key] = (index + 1) % len(replicas)
         return index
 
 
