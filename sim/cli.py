@@ -4,6 +4,8 @@
     fleetcast memory [overrides]           print the memory plan of one replica
     fleetcast collect SWEEP_DIR [--out PATH] [--no-requests]
                                            a sweep's runs as one Parquet dataset
+    fleetcast calibrate (--steps CSV | --kernels DIR) [overrides] [--backend B] [--out PATH]
+                                           fit a step-time profile (step_time=calibrated)
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 from sim.config import CONFIG_DIR, check_overrides
 from sim.errors import ConfigError, require
 
-COMMANDS = ("run", "memory", "collect")
+COMMANDS = ("run", "memory", "collect", "calibrate")
 USAGE = __doc__
 
 
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
         from sim.collect import main as collect_main
 
         sys.exit(collect_main(argv))
+    if command == "calibrate":
+        from sim.calibrate import main as calibrate_main
+
+        sys.exit(calibrate_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
     except ConfigError as err:

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import yaml
 
 import sim
+from sim.sweep import PRESENTATION_KEYS
 
 SCHEMA_VERSION = "1"
 CREATED_BY = "fleetcast collect"
@@ -52,7 +53,7 @@ RUN_FILES = ("config.yaml", "summary.json")
 # libyaml's loader where installed: reading the YAML is most of the time a collect takes.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Overrides that say where a run was written, not what it simulated.
-NOT_PARAMETERS = frozenset({"output_dir"})
+NOT_PARAMETERS = frozenset(PRESENTATION_KEYS)
 
 
 class CollectError(ValueError):

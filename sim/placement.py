@@ -65,8 +65,12 @@ def build_placement(cfg: Mapping, num_replicas: int, build_deployment) -> Placem
         CONFIG_DIR / "model" / f"{name}.yaml"))}
     shares = (1.0 - share, share)
     if mode == "dedicated":
-        second_replicas = params.integer(node, "second_model_replicas", required=True, ge=1,
+        second_replicas = params.integer(node, "second_model_replicas", ge=1,
                                          prefix="placement")
+        require(num_replicas >= 2, "fleet.replicas", num_replicas,
+                "placement=dedicated needs at least one replica per model")
+        if second_replicas is None:  # in proportion to the traffic, at least one each
+            second_replicas = min(max(1, round(num_replicas * share)), num_replicas - 1)
         require(second_replicas < num_replicas, "placement.second_model_replicas",
                 second_replicas, f"must leave replicas for the first model (fleet.replicas="
                                  f"{num_replicas})")
@@ -89,8 +93,10 @@ def _share_gpu(own: Deployment, other: Deployment, kv_share: float, cfg: Mapping
     plan_args = dict(weights_precision=own.weights_precision, kv_precision=own.kv_precision,
                      tp=own.tp, gpu_memory_utilization=memory["gpu_memory_utilization"],
                      block_size=kv["block_size"])
-    # The other model's weights are memory this model cannot use, like the runtime reserve.
-    reserve_gib = memory["activation_reserve_gib"] + other.memory.weight_bytes_per_gpu / GIB
+    # The other model's weights, and its engine's own runtime reserve (activations, CUDA
+    # graphs), are memory this model cannot use.
+    reserve_gib = (2 * memory["activation_reserve_gib"]
+                   + other.memory.weight_bytes_per_gpu / GIB)
     try:
         plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib, **plan_args)
     except ConfigError as err:

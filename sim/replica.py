@@ -62,20 +62,26 @@ class Replica:
         replica's step end): it says whether this replica's own step ending right now has
         already been processed, which a decode stretch needs to know when interrupted.
         """
-        request.replica_id = self.replica_id
-        if self.scheduler.rejection_reason(request) is not None:
-            request.status = REJECTED
-            self.on_request_done(request)
+        if not self._accept(request, self.scheduler):
             return
-        self.scheduler.add(request)
-        self.num_outstanding += 1
-        self.committed_tokens += request.prompt_tokens + request.output_tokens
         if self._wakeup is not None:
             wakeup, self._wakeup = self._wakeup, None
             wakeup.succeed()
         elif self._interruptible:
             self._interruptible = False
             self.process.interrupt(caller_priority)
+
+    def _accept(self, request: Request, scheduler: Scheduler) -> bool:
+        """Queue ``request`` at ``scheduler``, or reject it (False) if it can never run."""
+        request.replica_id = self.replica_id
+        if scheduler.rejection_reason(request) is not None:
+            request.status = REJECTED
+            self.on_request_done(request)
+            return False
+        scheduler.add(request)
+        self.num_outstanding += 1
+        self.committed_tokens += request.prompt_tokens + request.output_tokens
+        return True
 
     @property
     def recorders(self) -> list[tuple[int, StepRecorder]]:

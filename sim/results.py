@@ -161,7 +161,7 @@ def distribution(values: np.ndarray) -> dict[str, float | None]:
 
 
 def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
-              num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: int,
+              num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: list[int],
               gpu: GPU, cost: CostConfig | None = None) -> dict:
     """The summary.json object (GUIDE section 3), from the two tables.
 
@@ -189,7 +189,9 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
         if bound is not None:
             values = np.nan_to_num(col[name], nan=0.0) if name == "tpot_s" else col[name]
             good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
-    kv_used = _column(steps, "kv_blocks_used").astype(float)
+    # each row's share of its own model's pool (models sharing a GPU have a pool each)
+    kv_used = (_column(steps, "kv_blocks_used").astype(float)
+               / np.asarray(kv_num_blocks, dtype=float)[_column(steps, "model_id")])
     busy = float(duration.sum())
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
     return {
@@ -217,8 +219,8 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
         "kv_capacity_tokens": kv_capacity_tokens,
         "kv_utilization": {
             # step-time weighted: the share of blocks in use while replicas were busy
-            "mean": float((kv_used * duration).sum() / busy / kv_num_blocks) if busy else None,
-            "max": float(kv_used.max() / kv_num_blocks) if len(kv_used) else None,
+            "mean": float((kv_used * duration).sum() / busy) if busy else None,
+            "max": float(kv_used.max()) if len(kv_used) else None,
         },
         "gpu_busy_fraction": busy_fraction,
         "cost": fleet_cost(cost or CostConfig(), gpu, num_gpus=num_gpus, duration_s=span_s,

@@ -116,8 +116,11 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     steps = steps_table([replica.recorders for replica in cluster.replicas])
     summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
                         num_replicas=num_replicas, kv_capacity_tokens=memory.kv_capacity_tokens,
-                        kv_num_blocks=memory.num_blocks,
+                        kv_num_blocks=[d.memory.num_blocks for d in placement.deployments],
                         gpu=deployment.gpu, cost=cost)
+    if len(placement.deployments) > 1:  # kv_capacity_tokens is the first model's pool
+        summary["kv_capacity_tokens_per_model"] = [d.memory.kv_capacity_tokens
+                                                   for d in placement.deployments]
     return RunResult(requests, steps, summary, cfg)
 
 

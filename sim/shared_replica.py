@@ -18,7 +18,7 @@ import simpy
 
 from sim.metrics import StepRecorder
 from sim.replica import Replica
-from sim.request import REJECTED, Request
+from sim.request import Request
 from sim.scheduler.base import Scheduler
 from sim.simclock import timeout_at
 from sim.step_time.base import StepTimeModel
@@ -40,16 +40,9 @@ class SharedReplica(Replica):
         return [(model_id, steps) for model_id, _, _, steps in self._engines]
 
     def add(self, request: Request, caller_priority: int) -> None:
-        request.replica_id = self.replica_id
-        scheduler = self._by_model[request.model_id][1]
-        if scheduler.rejection_reason(request) is not None:
-            request.status = REJECTED
-            self.on_request_done(request)
+        if not self._accept(request, self._by_model[request.model_id][1]):
             return
-        scheduler.add(request)
-        self.num_outstanding += 1
-        self.committed_tokens += request.prompt_tokens + request.output_tokens
-        if self._wakeup is not None:
+        if self._wakeup is not None:  # no decode stretches here, so nothing to interrupt
             wakeup, self._wakeup = self._wakeup, None
             wakeup.succeed()
 

@@ -48,9 +48,24 @@ def swept_keys(task_overrides: list[str]) -> set[str]:
     return {o.key_or_group for o in parsed if o.is_sweep_override()}
 
 
+# Keys that say where a run's files go or how it reports progress, not what it simulates: a
+# resumed sweep may spell the folder differently (relative, absolute, trailing slash).
+PRESENTATION_KEYS = ("output_dir", "sim.progress")
+
+
+def simulated_config(config: dict) -> dict:
+    """``config`` without its presentation keys."""
+    config = {**config, "sim": dict(config.get("sim") or {})}
+    for key in PRESENTATION_KEYS:
+        node, _, leaf = key.rpartition(".")
+        (config[node] if node else config).pop(leaf, None)
+    return config
+
+
 def job_status(job_dir: Path, resolved_config: dict) -> str:
-    """``complete`` when ``job_dir`` already holds a finished run of exactly this config,
-    else ``todo``. A run is finished once its summary.json exists (it is written last)."""
+    """``complete`` when ``job_dir`` already holds a finished run of this config (its
+    presentation keys aside), else ``todo``. A run is finished once its summary.json exists
+    (it is written last)."""
     summary, config = job_dir / SUMMARY, job_dir / CONFIG
     if not summary.exists() or not config.exists():
         return "todo"
@@ -58,7 +73,8 @@ def job_status(job_dir: Path, resolved_config: dict) -> str:
         done = yaml.safe_load(config.read_text())
     except (OSError, yaml.YAMLError):
         return "todo"
-    return "complete" if done == resolved_config else "todo"
+    same = simulated_config(done) == simulated_config(resolved_config)
+    return "complete" if same else "todo"
 
 
 def _job_dirs(sweep_dir: Path) -> list[Path]:

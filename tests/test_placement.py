@@ -33,8 +33,9 @@ def test_colocated_memory_plan_holds_both_weights_and_splits_the_kv():
     alone = build_deployment(cfg).memory
     placement = build_placement(cfg, 2, build_deployment)
     first, second = (d.memory for d in placement.deployments)
-    # the second model's 16.06 GB of weights are gone from what the KV cache can use
-    kv_left = alone.kv_free_bytes_per_gpu - 16.06e9
+    # the second model's 16.06 GB of weights, and its engine's 2 GiB runtime reserve, are gone
+    # from what the KV cache can use
+    kv_left = alone.kv_free_bytes_per_gpu - 16.06e9 - 2 * 2**30
     per_block = alone.block_size * alone.kv_bytes_per_token_per_gpu
     assert first.num_blocks == int(kv_left * 0.75 // per_block)
     assert second.num_blocks == int(kv_left * 0.25 // per_block)
@@ -91,3 +92,18 @@ def test_placement_inputs_are_checked():
     with pytest.raises(ConfigError, match="^placement.traffic_share=1.5"):
         build_placement(compose("placement=colocated", "placement.traffic_share=1.5"), 1,
                         build_deployment)
+
+
+def test_two_busy_models_alternate_step_by_step():
+    # Constant 10 ms steps, both models always busy: the GPU alternates A, B, A, B exactly.
+    result = simulate(compose("placement=colocated", "fleet.replicas=1", "step_time=constant",
+                              "step_time.seconds=0.01", "workload=closed_loop",
+                              "workload.concurrency=8", "workload.num_requests=8",
+                              "workload.prompt_tokens=32", "workload.output_tokens=20",
+                              "sim.progress=false"))
+    req, steps = columns(result.requests), columns(result.steps)
+    assert set(req["model_id"]) == {0, 1}
+    model = steps["model_id"]
+    both_busy = min(int((model == 0).sum()), int((model == 1).sum()))
+    assert list(model[:2 * both_busy]) == [0, 1] * both_busy
+    assert np.allclose(steps["start_time_s"], 0.01 * np.arange(len(model)))

@@ -127,3 +127,15 @@ def test_rank_table_lists_only_slo_meeting_configs_cheapest_first(tmp_path):
     assert rows[0].endswith("fleet.replicas=2")  # labelled by the swept key only
     assert slo_attainment({"goodput_requests_per_s": 9.9, "duration_s": 10.0,
                            "num_requests": 100}) == pytest.approx(0.99)
+
+
+def test_job_status_ignores_where_and_how_a_run_reports(tmp_path):
+    cfg = {"fleet": {"replicas": 2}, "sim": {"progress": False, "horizon_s": None},
+           "output_dir": "sweeps/x"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (tmp_path / "summary.json").write_text("{}")
+    respelled = {**cfg, "output_dir": "/abs/sweeps/x/", "sim": {"progress": "auto",
+                                                                  "horizon_s": None}}
+    assert job_status(tmp_path, respelled) == "complete"
+    changed = {**respelled, "sim": {"progress": "auto", "horizon_s": 5.0}}
+    assert job_status(tmp_path, changed) == "todo"
