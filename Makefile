@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	# PyTorch for the `fleetcast profile` test: 2.13.0 is the CPU build this machine kind keeps
+	# on local disk (a plain `torch` would fetch a multi-GB CUDA build)
+	$(PY) -m pip install --quiet 'torch==2.13.0'
 	touch $@
 
 demo: $(VENV)/.installed

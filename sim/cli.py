@@ -6,6 +6,8 @@
                                            a sweep's runs as one Parquet dataset
     fleetcast calibrate (--steps CSV | --kernels DIR) [overrides] [--backend B] [--out PATH]
                                            fit a step-time profile (step_time=calibrated)
+    fleetcast profile model=NAME --out CSV [--device D] [--dtype T] [--layers N]
+                                           time engine steps with PyTorch (the calibrate CSV)
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from sim.config import CONFIG_DIR, check_overrides
 from sim.errors import ConfigError, require
 
-COMMANDS = ("run", "memory", "collect", "calibrate")
+COMMANDS = ("run", "memory", "collect", "calibrate", "profile")
 USAGE = __doc__
 
 
@@ -137,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
         from sim.calibrate import main as calibrate_main
 
         sys.exit(calibrate_main(argv))
+    if command == "profile":
+        from sim.profiler import main as profile_main
+
+        sys.exit(profile_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
     except ConfigError as err:

@@ -133,7 +133,7 @@ def test_pandas_polars_and_duckdb_read_it_as_is_and_agree(collected):
     runs_pl = pl.read_parquet(out / "runs.parquet")
     req_pl = pl.scan_parquet(out / "requests/**/*.parquet", hive_partitioning=True).collect()
     con = duckdb.connect()
-    runs_db = con.sql(f"select * from read_parquet('{out}/runs.parquet')")
+    runs_db = con.sql(f"select * from read_parquet('{out}/runs.parquet')")  # noqa: F841 (DuckDB reads it by name)
     req_db = f"read_parquet('{out}/requests/*/*.parquet', hive_partitioning=true)"
     assert len(runs_pd) == runs_pl.height == con.sql(
         "select count(*) from runs_db").fetchall()[0][0] == 8

@@ -1,0 +1,181 @@
+"""A step time calibrated from measurements, with the shape of the physics.
+
+    t = c0
+        + gemm(P + D) / tp                      weights read and GEMM work (measured curve)
+        + lm_head(D + [P > 0]) / tp             the vocabulary projection, last tokens only
+        + c_token·(P + D) / tp                  per-token element-wise work (norms, SiLU, adds)
+        + [P > 0]·c_prefill_step + (c_prefill_token·P + c_prefill_attn·Ap) / tp
+        + [D > 0]·c_decode_step + c_decode_seq·D / tp + c_decode_attn·Ad / tp
+        + all-reduce(P + D)                     2 per layer when tp > 1 (ring, as the roofline)
+
+``gemm`` and ``lm_head`` are piecewise-linear curves of step time against tokens, taken from
+measured GEMM kernels: flat while a step is memory-bound (every weight read once whatever the
+batch), then linear once it is compute-bound. The attention terms come from measured prefill
+and decode attention kernels; ``c0`` is the engine's fixed per-step cost. Every coefficient is
+non-negative and both curves never decrease, so more work is never faster.
+
+A profile (JSON, ``Profile``) holds the curves and coefficients for one (model, GPU, weight
+precision, KV precision, backend), with its provenance and held-out error. Profiles are measured
+at TP 1; tensor parallelism divides the per-GPU work by ``tp`` and adds the all-reduces from the
+GPU's interconnect (modelled, not measured). ``step_time=calibrated`` picks the shipped profile
+matching the deployment, or takes ``step_time.profile=PATH``.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sim.config import REPO_ROOT
+from sim.deployment import Deployment
+from sim.errors import ConfigError, require
+from sim.step_time.base import StepTimeModel
+
+PROFILE_DIR = REPO_ROOT / "data" / "profiles"
+SCHEMA_VERSION = 1
+COEFFICIENTS = ("c0", "c_token", "c_prefill_step", "c_prefill_token", "c_prefill_attn",
+                "c_decode_step", "c_decode_seq", "c_decode_attn")
+ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16
+
+
+@dataclass
+class Profile:
+    """Everything a calibrated step time needs, and where it came from (times in seconds)."""
+
+    model: str
+    hardware: str
+    weights_precision: str
+    kv_precision: str
+    backend: str
+    coefficients: dict[str, float]
+    gemm_tokens: list[float] = field(default_factory=list)
+    gemm_s: list[float] = field(default_factory=list)
+    lm_head_tokens: list[float] = field(default_factory=list)
+    lm_head_s: list[float] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)
+    modelled: list[str] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
+    holdout_error: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        path = Path(path)
+        require(path.exists(), "step_time.profile", str(path), "file not found")
+        try:
+            data = json.loads(path.read_text())
+            profile = cls(**data)
+        except (json.JSONDecodeError, TypeError) as err:
+            raise ConfigError("step_time.profile", str(path), f"not a Fleetcast profile: {err}")
+        require(profile.schema_version == SCHEMA_VERSION, "step_time.profile", str(path),
+                f"schema version {profile.schema_version}, this Fleetcast reads {SCHEMA_VERSION}")
+        for name in COEFFICIENTS:
+            value = profile.coefficients.get(name, 0.0)
+            require(isinstance(value, (int, float)) and value >= 0, "step_time.profile",
+                    str(path), f"coefficient {name}={value!r} must be a number >= 0")
+        for xs, ys, name in ((profile.gemm_tokens, profile.gemm_s, "gemm"),
+                             (profile.lm_head_tokens, profile.lm_head_s, "lm_head")):
+            require(len(xs) == len(ys) and all(b > a for a, b in zip(xs, xs[1:]))
+                    and all(b >= a for a, b in zip(ys, ys[1:])), "step_time.profile", str(path),
+                    f"the {name} curve must have increasing tokens and non-decreasing times")
+        return profile
+
+    def file_name(self) -> str:
+        return profile_file_name(self.model, self.hardware, self.weights_precision,
+                                 self.kv_precision, self.backend)
+
+
+def profile_file_name(model: str, hardware: str, weights: str, kv: str, backend: str) -> str:
+    slug = "".join(c if c.isalnum() else "_" for c in f"{model}_{hardware}").lower()
+    return f"{slug}_w{weights}_kv{kv}_{backend}.json"
+
+
+def _curve(xs: list[float], ys: list[float], x: float) -> float:
+    """Piecewise-linear interpolation; linear extrapolation past the last point (compute-bound
+    growth), the first value below the first point (the memory-bound floor)."""
+    if not xs:
+        return 0.0
+    if x <= xs[0]:
+        return ys[0]
+    i = bisect_right(xs, x) - 1
+    if i >= len(xs) - 1:
+        i = len(xs) - 2
+    x0, x1, y0, y1 = xs[i], xs[i + 1], ys[i], ys[i + 1]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+class CalibratedStepTime(StepTimeModel):
+    def __init__(self, deployment: Deployment, backend: str = "vllm",
+                 profile: str | None = None):
+        require(backend in ("vllm", "trtllm"), "step_time.backend", backend,
+                "choose vllm or trtllm")
+        if profile is None:
+            name = profile_file_name(deployment.model.name, deployment.gpu.name,
+                                     deployment.weights_precision, deployment.kv_precision,
+                                     backend)
+            path = PROFILE_DIR / name
+            if not path.exists():
+                shipped = sorted(p.name for p in PROFILE_DIR.glob("*.json"))
+                raise ConfigError("step_time", "calibrated",
+                                  f"no shipped profile for {deployment.model.name} on "
+                                  f"{deployment.gpu.name} ({deployment.weights_precision} "
+                                  f"weights, {deployment.kv_precision} KV, {backend}); shipped: "
+                                  f"{', '.join(shipped)}; or give step_time.profile=PATH")
+        else:
+            path = Path(profile)
+        prof = Profile.load(path)
+        for field_name, want, got in (("model", deployment.model.name, prof.model),
+                                      ("hardware", deployment.gpu.name, prof.hardware),
+                                      ("precision.weights", deployment.weights_precision,
+                                       prof.weights_precision),
+                                      ("precision.kv", deployment.kv_precision,
+                                       prof.kv_precision)):
+            require(want == got, "step_time.profile", str(path),
+                    f"profile is for {field_name} {got}, this run uses {want}")
+        self.profile = prof
+        c = {name: float(prof.coefficients.get(name, 0.0)) for name in COEFFICIENTS}
+        tp = deployment.tp
+        self._tp = tp
+        self._c0 = c["c0"]
+        self._c_token = c["c_token"] / tp
+        self._c_prefill_step = c["c_prefill_step"]
+        self._c_prefill_token = c["c_prefill_token"] / tp
+        self._c_prefill_attn = c["c_prefill_attn"] / tp
+        self._c_decode_step = c["c_decode_step"]
+        self._c_decode_seq = c["c_decode_seq"] / tp
+        self._c_decode_attn = c["c_decode_attn"] / tp
+        self._gemm = (list(prof.gemm_tokens), list(prof.gemm_s))
+        self._lm_head = (list(prof.lm_head_tokens), list(prof.lm_head_s))
+        if tp > 1:
+            ring = 2.0 * (tp - 1) / tp
+            model, gpu = deployment.model, deployment.gpu
+            self._allreduce_per_token = (2 * model.num_layers * ring * model.hidden_size
+                                         * ACTIVATION_BYTES / gpu.interconnect_bytes_per_s)
+            self._allreduce_fixed = 2 * model.num_layers * gpu.interconnect_latency_s
+        else:
+            self._allreduce_per_token = self._allreduce_fixed = 0.0
+
+    def step_time_s(self, num_prefill_tokens, num_decode_seqs, prefill_attn, decode_context):
+        tokens = num_prefill_tokens + num_decode_seqs
+        t = (self._c0 + _curve(*self._gemm, tokens) / self._tp + self._c_token * tokens
+             + self._allreduce_per_token * tokens + self._allreduce_fixed)
+        if num_prefill_tokens:
+            t += (self._c_prefill_step + self._c_prefill_token * num_prefill_tokens
+                  + self._c_prefill_attn * prefill_attn
+                  + _curve(*self._lm_head, num_decode_seqs + 1) / self._tp)
+        elif num_decode_seqs:
+            t += _curve(*self._lm_head, num_decode_seqs) / self._tp
+        if num_decode_seqs:
+            t += (self._c_decode_step + self._c_decode_seq * num_decode_seqs
+                  + self._c_decode_attn * decode_context)
+        return t
