@@ -139,3 +139,34 @@ def test_job_status_ignores_where_and_how_a_run_reports(tmp_path):
     assert job_status(tmp_path, respelled) == "complete"
     changed = {**respelled, "sim": {"progress": "auto", "horizon_s": 5.0}}
     assert job_status(tmp_path, changed) == "todo"
+
+
+def test_a_sweep_killed_midway_resumes_with_only_the_missing_jobs(tmp_path):
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "sim", "-m", "fleet.replicas=1,2,3,4", "sim.progress=false",
+           "hydra.launcher.n_jobs=2", f"output_dir={out}"]  # 10 min of Azure traffic each
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    done: set[str] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = {p.name for p in out.glob("*") if (p / "summary.json").exists()} \
+            if out.exists() else set()
+        if done:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its workers, mid-sweep
+    proc.wait()
+    done = {p.name for p in out.glob("*") if (p / "summary.json").exists()}
+    assert 1 <= len(done) < 4, f"the kill came too late to test anything: {done}"
+    rerun = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    skipped = {line.split("/")[-1].split(":")[0] for line in rerun.stdout.splitlines()
+               if line.endswith("complete, skipped")}
+    assert skipped == done
+    assert all((out / str(i) / "summary.json").exists() for i in range(4))
+    assert not list(out.glob("*/.*.partial"))
