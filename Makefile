@@ -1,7 +1,7 @@
 # make demo   set up a virtual environment, install Fleetcast, run the default simulation
 # make test   set up the same environment and run the test suite
 # make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
-# make bench  print the speed benchmark figures
+# make bench  print the benchmark figures: speed, sweep throughput, fidelity
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -39,6 +39,8 @@ test-ray: $(VENV_RAY)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_speed.py
+	$(PY) benchmarks/bench_sweep.py
+	$(PY) benchmarks/fidelity.py
 
 clean:
 	rm -rf $(VENV) $(VENV_RAY) outputs multirun .pytest_cache

@@ -16,13 +16,12 @@ import numpy as np
 import simpy
 
 from sim.replica import Replica
-from sim.shared_replica import SharedReplica
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.scheduler.base import Scheduler
+from sim.shared_replica import SharedReplica
 from sim.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
 from sim.step_time.base import StepTimeModel
 from sim.workload.source import Workload
-
 
 Engine = tuple[int, Scheduler, StepTimeModel]
 """What serves one model on a replica: the model id, its scheduler (with its KV cache), its

@@ -42,22 +42,13 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import yaml
 
 import sim
-from sim.sweep import PRESENTATION_KEYS
+from sim.sweep_runs import CollectError, Run, _run_id, find_runs, read_run
 
 SCHEMA_VERSION = "1"
 CREATED_BY = "fleetcast collect"
 RUN_FILES = ("config.yaml", "summary.json")
-# libyaml's loader where installed: reading the YAML is most of the time a collect takes.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# Overrides that say where a run was written, not what it simulated.
-NOT_PARAMETERS = frozenset(PRESENTATION_KEYS)
-
-
-class CollectError(ValueError):
-    """A sweep folder that cannot be collected; ``str(err)`` is one line."""
 
 
 @dataclass
@@ -71,132 +62,6 @@ class CollectResult:
     num_requests: int  # rows in the requests dataset (0 when not written)
     num_columns: int = 0
     swept_values: dict[str, list] = field(default_factory=dict)
-
-
-@dataclass
-class _Run:
-    run_id: str
-    path: Path
-    config: dict  # flattened resolved config
-    summary: dict  # flattened summary.json
-    override_keys: list[str]
-    choices: dict[str, str]  # config group -> option name
-
-
-# ---------------------------------------------------------------------------------------------
-# finding and reading runs
-
-
-def _natural_key(run_id: str) -> list:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", run_id)]
-
-
-def find_runs(sweep_dir: Path, skip: tuple[Path, ...] = ()) -> tuple[list[Path], list[Path]]:
-    """The finished and the unfinished run folders under ``sweep_dir``, in natural order.
-
-    A run folder has ``config.yaml``; it is finished when ``summary.json`` is there too (the
-    run writes it last). Hidden folders (``.hydra``, temporaries) and ``skip`` are not searched,
-    nor are the insides of a run folder.
-    """
-    finished, unfinished = [], []
-    skip_set = {p.resolve() for p in skip}
-    for root, dirs, files in os.walk(sweep_dir):
-        here = Path(root)
-        if "config.yaml" in files:
-            (finished if "summary.json" in files else unfinished).append(here)
-            dirs[:] = []
-            continue
-        dirs[:] = sorted(d for d in dirs
-                         if not d.startswith(".") and (here / d).resolve() not in skip_set)
-
-    def order(p: Path):
-        return _natural_key(_run_id(sweep_dir, p))
-
-    return sorted(finished, key=order), sorted(unfinished, key=order)
-
-
-def _run_id(sweep_dir: Path, run_dir: Path) -> str:
-    rel = run_dir.relative_to(sweep_dir).as_posix()
-    return run_dir.name if rel == "." else rel
-
-
-def flatten(node: object, prefix: str = "", *, keep_lists: bool) -> dict:
-    """Nested dicts as one dict of dotted keys. Lists become JSON text (``keep_lists``) or are
-    left out."""
-    out: dict = {}
-    if isinstance(node, dict):
-        for key, value in node.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            out.update(flatten(value, name, keep_lists=keep_lists))
-    elif isinstance(node, (list, tuple)):
-        if keep_lists and prefix:
-            out[prefix] = json.dumps(node)
-    elif prefix:
-        out[prefix] = node
-    return out
-
-
-def _override_key(override: str) -> str | None:
-    """``fleet.replicas`` of ``fleet.replicas=2`` (also ``+k=v``, ``++k=v``, ``~k``, ``k@pkg=v``)."""
-    key = override.split("=", 1)[0].lstrip("~+").split("@", 1)[0].strip()
-    if not key or key in NOT_PARAMETERS or key == "hydra" or key.startswith(("hydra.", "hydra/")):
-        return None
-    return key
-
-
-def _load_yaml(path: Path, run_id: str):
-    try:
-        return yaml.load(path.read_text(), Loader=_YAML_LOADER)
-    except (OSError, yaml.YAMLError) as err:
-        raise CollectError(f"run {run_id}: cannot read {path.name}: "
-                           f"{' '.join(str(err).split())}") from None
-
-
-def read_run(sweep_dir: Path, run_dir: Path) -> _Run:
-    run_id = _run_id(sweep_dir, run_dir)
-    try:  # config.yaml is resolved already (OmegaConf.to_yaml): plain YAML
-        config = yaml.load((run_dir / "config.yaml").read_text(), Loader=_YAML_LOADER)
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except Exception as err:  # a damaged file: name the run, in one line
-        raise CollectError(f"run {run_id}: cannot read its config.yaml or summary.json: "
-                           f"{' '.join(str(err).split())}") from None
-    if not isinstance(config, dict) or not isinstance(summary, dict):
-        raise CollectError(f"run {run_id}: config.yaml and summary.json must each hold a mapping")
-    config = {k: v for k, v in config.items() if k not in NOT_PARAMETERS}
-
-    override_keys, choices = [], {}
-    overrides_path = run_dir / ".hydra" / "overrides.yaml"
-    if overrides_path.is_file():
-        overrides = _load_yaml(overrides_path, run_id) or []
-        for item in overrides if isinstance(overrides, list) else []:
-            key = _override_key(str(item))
-            if key is None:
-                continue
-            override_keys.append(key)
-            if isinstance(_lookup(config, key), dict) and "=" in str(item):
-                choices[key] = str(item).split("=", 1)[1]  # a group chosen by name
-    hydra_path = run_dir / ".hydra" / "hydra.yaml"
-    if hydra_path.is_file():
-        hydra_cfg = _load_yaml(hydra_path, run_id) or {}
-        runtime = (hydra_cfg.get("hydra") or {}).get("runtime") or {}
-        for group, option in (runtime.get("choices") or {}).items():
-            if not str(group).startswith("hydra") and option is not None:
-                choices[str(group)] = str(option)
-    return _Run(run_id, run_dir, flatten(config, keep_lists=True),
-                flatten(summary, keep_lists=False), override_keys, choices)
-
-
-def _lookup(config: dict, dotted: str):
-    node: object = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-# ---------------------------------------------------------------------------------------------
-# the runs table
 
 
 def _canonical(value: object) -> str:
@@ -225,7 +90,7 @@ def _as_type(values: list, type_: pa.DataType) -> list:
     return values
 
 
-def _swept_columns(runs: list[_Run]) -> tuple[list[str], list[str]]:
+def _swept_columns(runs: list[Run]) -> tuple[list[str], list[str]]:
     """The choice groups and the config keys that differ between runs or are overridden."""
     overridden = {k for run in runs for k in run.override_keys}
     groups = []
@@ -252,7 +117,7 @@ def _metadata(extra: dict[str, str] | None = None) -> dict[bytes, bytes]:
     return {k.encode(): v.encode() for k, v in meta.items()}
 
 
-def runs_table(runs: list[_Run]) -> tuple[pa.Table, list[str]]:
+def runs_table(runs: list[Run]) -> tuple[pa.Table, list[str]]:
     """One row per run; returns the table and its parameter columns."""
     groups, keys = _swept_columns(runs)
     metric_names = list(dict.fromkeys(k for run in runs for k in run.summary))
@@ -287,7 +152,7 @@ def runs_table(runs: list[_Run]) -> tuple[pa.Table, list[str]]:
 # the requests dataset
 
 
-def _read_requests(run: _Run, schema_only: bool = False) -> pa.Table | pa.Schema:
+def _read_requests(run: Run, schema_only: bool = False) -> pa.Table | pa.Schema:
     path = run.path / "requests.parquet"
     try:
         return pq.read_schema(path) if schema_only else pq.read_table(path)
@@ -296,7 +161,7 @@ def _read_requests(run: _Run, schema_only: bool = False) -> pa.Table | pa.Schema
                            f"{' '.join(str(err).split())}") from None
 
 
-def write_requests(runs: list[_Run], requests_dir: Path) -> int:
+def write_requests(runs: list[Run], requests_dir: Path) -> int:
     """Each run's requests as ``requests_dir/run_id=<id>/part-0.parquet``; returns the rows.
 
     The files share one schema (the union of the runs' columns: a run from an older Fleetcast

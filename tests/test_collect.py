@@ -21,9 +21,10 @@ from hydra import compose, initialize_config_dir
 
 import sim
 import sim.config
-from sim.collect import CollectError, collect, flatten, main
+from sim.collect import CollectError, collect, main
 from sim.results import REQUESTS_SCHEMA
 from sim.run import simulate, write_run
+from sim.sweep_runs import flatten
 
 TINY = ["workload=poisson", "workload.num_requests=20", "workload.qps=20",
         "workload.prompt_tokens=64", "workload.output_tokens=8", "sim.progress=false"]

@@ -29,7 +29,6 @@ from sim.model import bytes_per_element
 from sim.step_time.base import StepTimeModel
 from sim.vectorize import VECTOR_MIN_STEPS
 
-
 _SURE = 1.0 - 1e-9  # a margin far above float rounding, far below any modelling difference
 
 
