@@ -236,7 +236,7 @@ def _step_holdout_error(held_out: dict, c: dict, gemm: tuple, lm_head: tuple) ->
 
 
 def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: str,
-                      backend: str, c0: float) -> Profile:
+                      backend: str, c0: float, allreduce_latency_s: float = 0.0) -> Profile:
     """A profile from kernel tables for ``model`` (a ModelSpec) on ``gpu`` (a GPU)."""
     directory = Path(directory)
     require(model.name == KERNEL_MODEL, "model", model.name,
@@ -258,6 +258,7 @@ def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: st
     coefficients["c_token"] = elementwise_bytes / (ELEMENTWISE_BANDWIDTH_SHARE
                                                    * gpu.hbm_bandwidth_bytes_per_s)
     coefficients["c0"] = c0
+    coefficients["c_allreduce_latency"] = allreduce_latency_s
     errors["gemm_curve"] = _curve_holdout_error(tokens, gemm_s)
     errors["step_time"] = _step_holdout_error(errors.pop("_held_out_rows"), coefficients,
                                               (tokens, gemm_s), (lm_tokens, lm_s))
@@ -271,8 +272,9 @@ def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: st
                   "prefill attention (c_prefill_step, c_prefill_attn, part of c_token)",
                   "decode attention (c_decode_step, c_decode_attn, c_decode_seq)"],
         modelled=["element-wise work in c_token: bytes / (0.8 x HBM bandwidth)",
-                  "c0: the engine's per-step overhead, fitted on end-to-end serving runs "
-                  "(benchmarks/fidelity.py), not in any kernel table",
+                  "c0 (the engine's per-step overhead) and c_allreduce_latency (one TP "
+                  "all-reduce): fitted on end-to-end serving runs (benchmarks/fidelity.py "
+                  "--fit), not in any kernel table",
                   "tensor parallelism: per-GPU work / tp plus ring all-reduces"],
         provenance={"method": "kernel tables", "sources": [
             {"path": p.name, "sha256": _sha256(p)} for p in (gemm_path, prefill_path,
@@ -297,6 +299,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", default="vllm", choices=("vllm", "trtllm"))
     parser.add_argument("--c0", type=float, default=0.0,
                         help="per-step engine overhead in seconds (kernel profiles only)")
+    parser.add_argument("--allreduce-latency", type=float, default=0.0,
+                        help="seconds per tensor-parallel all-reduce (kernel profiles only; "
+                             "0: the GPU catalog's interconnect latency)")
     parser.add_argument("--out", help="profile path (default: data/profiles/<name>.json)")
     args, overrides = parser.parse_known_args(argv)
     try:
@@ -332,5 +337,8 @@ def _calibrate(args, overrides: list[str]) -> Profile:
         return calibrate_steps(args.steps, model=model.name, hardware=gpu.name,
                                weights=weights, kv=kv, backend=args.backend)
     require(args.c0 >= 0, "calibrate.c0", args.c0, "must be >= 0")
+    require(args.allreduce_latency >= 0, "calibrate.allreduce_latency", args.allreduce_latency,
+            "must be >= 0")
     return calibrate_kernels(args.kernels, model=model, gpu=gpu, weights=weights, kv=kv,
-                             backend=args.backend, c0=args.c0)
+                             backend=args.backend, c0=args.c0,
+                             allreduce_latency_s=args.allreduce_latency)

@@ -6,7 +6,9 @@
         + c_token·(P + D) / tp                  per-token element-wise work (norms, SiLU, adds)
         + [P > 0]·c_prefill_step + (c_prefill_token·P + c_prefill_attn·Ap) / tp
         + [D > 0]·c_decode_step + c_decode_seq·D / tp + c_decode_attn·Ad / tp
-        + all-reduce(P + D)                     2 per layer when tp > 1 (ring, as the roofline)
+        + all-reduce(P + D)                     2 per layer when tp > 1 (ring, as the roofline),
+                                                each paying c_allreduce_latency (or, when 0,
+                                                the GPU catalog's interconnect latency)
 
 ``gemm`` and ``lm_head`` are piecewise-linear curves of step time against tokens, taken from
 measured GEMM kernels: flat while a step is memory-bound (every weight read once whatever the
@@ -36,7 +38,7 @@ from sim.step_time.base import StepTimeModel
 PROFILE_DIR = REPO_ROOT / "data" / "profiles"
 SCHEMA_VERSION = 1
 COEFFICIENTS = ("c0", "c_token", "c_prefill_step", "c_prefill_token", "c_prefill_attn",
-                "c_decode_step", "c_decode_seq", "c_decode_attn")
+                "c_decode_step", "c_decode_seq", "c_decode_attn", "c_allreduce_latency")
 ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16
 
 
@@ -161,7 +163,8 @@ class CalibratedStepTime(StepTimeModel):
             model, gpu = deployment.model, deployment.gpu
             self._allreduce_per_token = (2 * model.num_layers * ring * model.hidden_size
                                          * ACTIVATION_BYTES / gpu.interconnect_bytes_per_s)
-            self._allreduce_fixed = 2 * model.num_layers * gpu.interconnect_latency_s
+            latency = c["c_allreduce_latency"] or gpu.interconnect_latency_s
+            self._allreduce_fixed = 2 * model.num_layers * latency
         else:
             self._allreduce_per_token = self._allreduce_fixed = 0.0
 
