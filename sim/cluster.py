@@ -62,7 +62,13 @@ class Cluster:
         self._outputs = workload.output_tokens.tolist()
         if workload.arrival_time_s is None:
             self._closed_loop = True
+            # Requests issued or already scheduled to be: a request released after a think
+            # time (or after a rejection) counts from the moment it is scheduled.
+            self._released = 0
             for _ in range(min(workload.concurrency, workload.num_requests)):
+                if self._released >= workload.num_requests:
+                    break
+                self._released += 1
                 self._issue(0.0, ARRIVAL_PRIORITY)
         else:
             self._closed_loop = False
@@ -93,8 +99,9 @@ class Cluster:
     def _request_done(self, request: Request) -> None:
         if self._progress is not None:
             self._progress(request)
-        if not self._closed_loop or len(self.requests) >= self.workload.num_requests:
+        if not self._closed_loop or self._released >= self.workload.num_requests:
             return
+        self._released += 1
         think_time_s = self.workload.think_time_s
         if think_time_s > 0 or request.status == REJECTED:
             # A rejection happens inside _issue; going through the event queue (even with no

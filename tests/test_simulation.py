@@ -354,3 +354,16 @@ def test_check_run_accepts_a_run_with_preemptions(tmp_path):
     assert result.summary["num_preemptions"] > 0
     proc = run_check_run(write_run(result, tmp_path / "run"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("think_time_s", [0.0, 0.05])
+def test_closed_loop_issues_exactly_num_requests_even_when_all_are_rejected(think_time_s):
+    # Every request is rejected (prompt + output never fits the 8-block pool): each rejection
+    # releases the next request, and the loop must stop at exactly num_requests.
+    result = simulate(compose("fleet.replicas=1", "workload=closed_loop",
+                              "workload.concurrency=4", "workload.num_requests=10",
+                              f"workload.think_time_s={think_time_s}",
+                              "workload.prompt_tokens=200", "workload.output_tokens=10",
+                              "kv.num_blocks=8", "sim.progress=false"))
+    assert result.summary["num_requests"] == 10
+    assert result.summary["rejected"] == 10
