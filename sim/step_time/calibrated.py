@@ -39,7 +39,6 @@ PROFILE_DIR = REPO_ROOT / "data" / "profiles"
 SCHEMA_VERSION = 1
 COEFFICIENTS = ("c0", "c_token", "c_prefill_step", "c_prefill_token", "c_prefill_attn",
                 "c_decode_step", "c_decode_seq", "c_decode_attn", "c_allreduce_latency")
-ACTIVATION_BYTES = 2.0  # all-reduced activations are BF16
 
 
 @dataclass
@@ -118,9 +117,11 @@ def _curve(xs: list[float], ys: list[float], x: float) -> float:
 
 class CalibratedStepTime(StepTimeModel):
     def __init__(self, deployment: Deployment, backend: str = "vllm",
-                 profile: str | None = None):
+                 profile: str | None = None, allreduce_bytes_per_element: float = 2.0):
         require(backend in ("vllm", "trtllm"), "step_time.backend", backend,
                 "choose vllm or trtllm")
+        require(allreduce_bytes_per_element > 0, "step_time.allreduce_bytes_per_element",
+                allreduce_bytes_per_element, "must be > 0")
         if profile is None:
             name = profile_file_name(deployment.model.name, deployment.gpu.name,
                                      deployment.weights_precision, deployment.kv_precision,
@@ -162,7 +163,8 @@ class CalibratedStepTime(StepTimeModel):
             ring = 2.0 * (tp - 1) / tp
             model, gpu = deployment.model, deployment.gpu
             self._allreduce_per_token = (2 * model.num_layers * ring * model.hidden_size
-                                         * ACTIVATION_BYTES / gpu.interconnect_bytes_per_s)
+                                         * allreduce_bytes_per_element
+                                         / gpu.interconnect_bytes_per_s)
             latency = c["c_allreduce_latency"] or gpu.interconnect_latency_s
             self._allreduce_fixed = 2 * model.num_layers * latency
         else:
