@@ -20,9 +20,10 @@ column whose name is also a metric's (``slo.ttft_s``) is called ``config.<key>``
 string otherwise: that is the type pandas, polars and DuckDB infer for the ``run_id`` partition
 of ``requests/``, so the two tables join on ``run_id`` without a cast.
 
-Column types come from the values: bool, int64, float64 (ints mixed with floats), string (text,
-or values of mixed kinds written as JSON); null where a run lacks the key. Both tables carry
-``fleetcast_schema_version`` in their Parquet file metadata. The output is written into a
+Config column types come from the values: bool, int64, float64 (ints mixed with floats),
+string (text, or values of mixed kinds written as JSON); null where a run lacks the key. Summary
+metric types are declared (``METRIC_TYPES``; float64 otherwise), so they do not change from
+sweep to sweep. Both tables carry ``fleetcast_schema_version`` in their Parquet file metadata. The output is written into a
 temporary folder beside ``out_dir`` and renamed into place at the end, so ``out_dir`` is either
 the previous complete dataset or the new complete one.
 """
@@ -66,6 +67,18 @@ class CollectResult:
 
 def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# The summary's metrics have fixed types under one schema version, so every sweep's
+# runs.parquet agrees (a column null in every run of one sweep is not a different type). Counts
+# are integers, the two cost labels strings, every other metric float64.
+METRIC_TYPES = {
+    **{name: pa.int64() for name in ("num_requests", "completed", "rejected", "unfinished",
+                                     "num_preemptions", "num_steps", "num_replicas", "num_gpus",
+                                     "kv_capacity_tokens")},
+    "cost.tier": pa.string(),
+    "cost.price_source": pa.string(),
+}
 
 
 def arrow_type(values: list, default: pa.DataType) -> pa.DataType:
@@ -138,9 +151,13 @@ def runs_table(runs: list[Run]) -> tuple[pa.Table, list[str]]:
         type_ = arrow_type(values, pa.string())
         columns[name] = (_as_type(values, type_), type_)
         params.append(name)
+    # Summary metrics that are null in some runs (cost.energy when energy is off) appear
+    # through their sub-keys in the others: give them those columns, never a bare one.
+    metric_names = [n for n in metric_names
+                    if not any(m.startswith(f"{n}.") for m in metric_names)]
     for name in metric_names:
         values = [run.summary.get(name) for run in runs]
-        type_ = arrow_type(values, pa.float64())
+        type_ = METRIC_TYPES.get(name, pa.float64())  # declared, whatever this sweep's values
         columns[name] = (_as_type(values, type_), type_)
     schema = pa.schema([(name, type_) for name, (_, type_) in columns.items()],
                        metadata=_metadata({"fleetcast_swept_keys": json.dumps(params)}))

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -262,3 +263,18 @@ def test_collects_a_real_multirun(tmp_path):
     assert pd.isna(runs.loc["vllm", "scheduler.chunk_size"])  # sarathi's option only
     assert runs["completed"].tolist() == [10, 10]
     assert len(pd.read_parquet(result.requests_dir)) == 20
+
+
+def test_metric_types_are_declared_whatever_a_sweep_holds(tmp_path):
+    # One run with energy costed, one without; neither picks a price tier.
+    root = tmp_path / "sweep"
+    _write_job(root / "0", ["cost.energy.enabled=true", *TINY])
+    _write_job(root / "1", ["cost.energy.enabled=false", *TINY])
+    runs = pq.read_table(collect(root, tmp_path / "out").runs_path)
+    schema = runs.schema
+    assert "cost.energy" not in schema.names  # only its sub-keys, null when energy was off
+    assert runs.column("cost.energy.kwh_per_hour").to_pylist()[1] is None
+    assert runs.column("cost.energy.kwh_per_hour").to_pylist()[0] > 0
+    assert schema.field("cost.tier").type == pa.string()  # null in both runs, still a string
+    assert schema.field("completed").type == pa.int64()
+    assert schema.field("ttft_s.p99").type == pa.float64()
