@@ -50,9 +50,10 @@ def _run_task(cfg) -> None:
 def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
     from sim.report import format_summary
     from sim.run import simulate, write_run
+    from sim.run_files import SUMMARY_FILE
 
     # A failed run must not leave an older run's summary looking like its own.
-    (output_dir / "summary.json").unlink(missing_ok=True)
+    (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
     result = simulate(cfg)
     write_run(result, output_dir)
     print(format_summary(result.summary, result.config, str(output_dir), choices))
@@ -61,21 +62,22 @@ def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
 def _sweep_job(cfg, job_dir: Path, choices: dict) -> None:
     """One job of a sweep: skipped when its folder already holds this exact run (resume); a
     bad configuration is recorded in error.txt and does not stop the other jobs."""
-    from sim.sweep import ERROR, job_status, resolved
+    from sim.run_files import ERROR_FILE
+    from sim.sweep import job_status, resolved
 
     if job_status(job_dir, resolved(cfg)) == "complete":
         print(f"{job_dir}: complete, skipped")
         return
     for stale in job_dir.glob(".*.partial"):  # left by a job killed while writing
         stale.unlink()
-    (job_dir / ERROR).unlink(missing_ok=True)
+    (job_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
         _simulate_into(cfg, job_dir, choices)
     except ConfigError as err:
-        (job_dir / ERROR).write_text(f"error: {err}\n")
+        (job_dir / ERROR_FILE).write_text(f"error: {err}\n")
         print(f"error: {err}", file=sys.stderr)
     except Exception as err:
-        (job_dir / ERROR).write_text(f"{type(err).__name__}: {err}\n")
+        (job_dir / ERROR_FILE).write_text(f"{type(err).__name__}: {err}\n")
         raise
 
 

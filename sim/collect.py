@@ -45,11 +45,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import sim
+from sim.run_files import REQUESTS_FILE
 from sim.sweep_runs import CollectError, Run, _run_id, find_runs, read_run
 
 SCHEMA_VERSION = "1"
 CREATED_BY = "fleetcast collect"
-RUN_FILES = ("config.yaml", "summary.json")
 
 
 @dataclass
@@ -170,7 +170,7 @@ def runs_table(runs: list[Run]) -> tuple[pa.Table, list[str]]:
 
 
 def _read_requests(run: Run, schema_only: bool = False) -> pa.Table | pa.Schema:
-    path = run.path / "requests.parquet"
+    path = run.path / REQUESTS_FILE
     try:
         return pq.read_schema(path) if schema_only else pq.read_table(path)
     except Exception as err:
@@ -241,7 +241,7 @@ def collect(sweep_dir: str | Path, out_dir: str | Path | None = None, *,
                            f"under {str(sweep)!r}{extra}")
     runs = [read_run(sweep, p) for p in finished]
     if include_requests:
-        missing = [r.run_id for r in runs if not (r.path / "requests.parquet").is_file()]
+        missing = [r.run_id for r in runs if not (r.path / REQUESTS_FILE).is_file()]
         if missing:
             raise CollectError(f"run {missing[0]}: summary.json but no requests.parquet "
                                "(use --no-requests to collect the summaries only)")

@@ -30,6 +30,7 @@ from sim.memory import plan_memory
 from sim.model import ModelSpec
 from sim.placement import build_placement
 from sim.results import Slo, requests_table, steps_table, summarize, to_json
+from sim.run_files import CONFIG_FILE, REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE
 from sim.workload.source import build_workload
 
 
@@ -142,10 +143,10 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     run, and a run that fails before it leaves no summary."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").unlink(missing_ok=True)  # an older run's summary must not linger
-    _atomic_write(out / "config.yaml",
+    (out / SUMMARY_FILE).unlink(missing_ok=True)  # an older run's summary must not linger
+    _atomic_write(out / CONFIG_FILE,
                   lambda p: Path(p).write_text(OmegaConf.to_yaml(OmegaConf.create(result.config))))
-    _atomic_write(out / "requests.parquet", lambda p: pq.write_table(result.requests, p))
-    _atomic_write(out / "steps.parquet", lambda p: pq.write_table(result.steps, p))
-    _atomic_write(out / "summary.json", lambda p: Path(p).write_text(to_json(result.summary)))
+    _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
+    _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
+    _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out

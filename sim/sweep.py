@@ -30,9 +30,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-SUMMARY = "summary.json"
-ERROR = "error.txt"
-CONFIG = "config.yaml"
+from sim.run_files import CONFIG_FILE, ERROR_FILE, SUMMARY_FILE
 
 
 def count_jobs(task_overrides: list[str]) -> int:
@@ -66,7 +64,7 @@ def job_status(job_dir: Path, resolved_config: dict) -> str:
     """``complete`` when ``job_dir`` already holds a finished run of this config (its
     presentation keys aside), else ``todo``. A run is finished once its summary.json exists
     (it is written last)."""
-    summary, config = job_dir / SUMMARY, job_dir / CONFIG
+    summary, config = job_dir / SUMMARY_FILE, job_dir / CONFIG_FILE
     if not summary.exists() or not config.exists():
         return "todo"
     try:
@@ -93,12 +91,12 @@ def rank_table(sweep_dir: Path, min_slo_attainment: float, width: int = 8,
     by its overrides of ``keys`` (all of them when None)."""
     rows, missed, failed = [], 0, 0
     for job in sorted(_job_dirs(sweep_dir), key=lambda p: (len(p.name), p.name)):
-        if (job / ERROR).exists():
+        if (job / ERROR_FILE).exists():
             failed += 1
             continue
-        if not (job / SUMMARY).exists():
+        if not (job / SUMMARY_FILE).exists():
             continue
-        s = json.loads((job / SUMMARY).read_text())
+        s = json.loads((job / SUMMARY_FILE).read_text())
         overrides_file = job / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
         label = " ".join(o for o in overrides or []
@@ -152,7 +150,7 @@ class SweepMonitor(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         total = count_jobs(list(config.hydra.overrides.task))
         # Jobs already complete (a resumed sweep) are not counted as work still to do.
-        before = _count(sweep_dir, SUMMARY)
+        before = _count(sweep_dir, SUMMARY_FILE)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True,
                                         args=(sweep_dir, total, before))
@@ -165,9 +163,9 @@ class SweepMonitor(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         print(rank_table(sweep_dir, self.min_slo_attainment, self.table_rows,
                          swept_keys(list(config.hydra.overrides.task))), flush=True)
-        failed = _count(sweep_dir, ERROR)
+        failed = _count(sweep_dir, ERROR_FILE)
         if failed:  # the others ran; the command still says something went wrong
-            print(f"{failed} job(s) failed: see {sweep_dir}/*/{ERROR}", file=sys.stderr)
+            print(f"{failed} job(s) failed: see {sweep_dir}/*/{ERROR_FILE}", file=sys.stderr)
             raise SystemExit(1)
 
     def _watch(self, sweep_dir: Path, total: int, before: int) -> None:
@@ -175,8 +173,8 @@ class SweepMonitor(Callback):
         shown = ""
         while True:
             stopping = self._stop.wait(self.poll_s)
-            done = _count(sweep_dir, SUMMARY)
-            failed = _count(sweep_dir, ERROR)
+            done = _count(sweep_dir, SUMMARY_FILE)
+            failed = _count(sweep_dir, ERROR_FILE)
             new = max(done - before, 0)
             elapsed = time.monotonic() - start
             left = total - done - failed

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from sim.run_files import CONFIG_FILE, SUMMARY_FILE
 from sim.sweep import PRESENTATION_KEYS
 
 # libyaml's loader where installed: reading the YAML is most of the time a collect takes.
@@ -53,8 +54,8 @@ def find_runs(sweep_dir: Path, skip: tuple[Path, ...] = ()) -> tuple[list[Path],
     skip_set = {p.resolve() for p in skip}
     for root, dirs, files in os.walk(sweep_dir):
         here = Path(root)
-        if "config.yaml" in files:
-            (finished if "summary.json" in files else unfinished).append(here)
+        if CONFIG_FILE in files:
+            (finished if SUMMARY_FILE in files else unfinished).append(here)
             dirs[:] = []
             continue
         dirs[:] = sorted(d for d in dirs
@@ -106,8 +107,8 @@ def _load_yaml(path: Path, run_id: str):
 def read_run(sweep_dir: Path, run_dir: Path) -> Run:
     run_id = _run_id(sweep_dir, run_dir)
     try:  # config.yaml is resolved already (OmegaConf.to_yaml): plain YAML
-        config = yaml.load((run_dir / "config.yaml").read_text(), Loader=_YAML_LOADER)
-        summary = json.loads((run_dir / "summary.json").read_text())
+        config = yaml.load((run_dir / CONFIG_FILE).read_text(), Loader=_YAML_LOADER)
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except Exception as err:  # a damaged file: name the run, in one line
         raise CollectError(f"run {run_id}: cannot read its config.yaml or summary.json: "
                            f"{' '.join(str(err).split())}") from None
