@@ -25,11 +25,9 @@ import sys
 import tempfile
 import time
 
-from hydra import compose, initialize_config_dir
-
 from sim import run as run_module
 from sim.cluster import Cluster
-from sim.config import CONFIG_DIR, REPO_ROOT
+from sim.config import REPO_ROOT, compose_config
 
 SCENARIOS = {
     "a": ["model=llama2_7b", "hardware=a100_80g", "fleet.replicas=1", "scheduler=vllm",
@@ -59,8 +57,7 @@ class TimedCluster(Cluster):
 def bench(name: str, overrides: list[str], repeat: int) -> float:
     """Print the figures of one scenario; return the loop's wall seconds per request."""
     overrides = overrides + ["sim.progress=false"]
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(overrides)
     run_module.Cluster = TimedCluster
     loop_s = simulate_s = process_s = float("inf")
     for _ in range(repeat):

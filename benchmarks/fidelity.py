@@ -29,9 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from hydra import compose, initialize_config_dir
 
-from sim.config import CONFIG_DIR, REPO_ROOT
+from sim.config import REPO_ROOT, compose_config
 from sim.run import simulate
 from sim.step_time.calibrated import PROFILE_DIR, Profile
 
@@ -52,8 +51,7 @@ def simulate_run(args: tuple) -> tuple[float, float]:
         f"workload.num_requests={row['concurrency'] * per_slot}",
         f"workload.prompt_tokens={row['isl']}", f"workload.output_tokens={row['osl']}",
         "sim.progress=false"]
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_config(overrides)
     s = simulate(cfg).summary
     return s["ttft_s"]["mean"] * 1e3, s["tpot_s"]["mean"] * 1e3
 

@@ -319,15 +319,12 @@ def main(argv: list[str]) -> int:
 
 
 def _calibrate(args, overrides: list[str]) -> Profile:
-    from hydra import compose, initialize_config_dir
-
-    from sim.config import CONFIG_DIR, check_overrides, to_dict
+    from sim.config import check_overrides, compose_config
     from sim.hardware import GPU
     from sim.model import ModelSpec
 
     check_overrides(overrides)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = to_dict(compose("config", overrides=overrides))
+    cfg = compose_config(overrides)
     model = ModelSpec.from_config(cfg["model"])
     gpu = GPU.from_config(cfg["hardware"])
     weights, kv = cfg["precision"]["weights"], cfg["precision"]["kv"]

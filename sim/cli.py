@@ -100,14 +100,11 @@ def _hydra_dirs(argv: list[str]) -> list[str]:
 
 
 def _memory(overrides: list[str]) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from sim.config import to_dict
+    from sim.config import compose_config
     from sim.memory import format_plan
     from sim.run import build_deployment
 
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = to_dict(compose("config", overrides=overrides))
+    cfg = compose_config(overrides)
     try:
         dep = build_deployment(cfg)
     except ConfigError as err:

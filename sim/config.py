@@ -28,6 +28,15 @@ def to_dict(cfg: DictConfig | Mapping) -> dict:
     return dict(cfg)
 
 
+def compose_config(overrides: list[str]) -> dict:
+    """The resolved config of ``configs/`` with ``overrides``, outside a Hydra run (the
+    ``memory`` and ``calibrate`` commands, benchmarks)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_dict(compose("config", overrides=list(overrides)))
+
+
 def build(node: Mapping, group: str, **context: Any) -> Any:
     """Instantiate ``node['_target_']`` with the node's other keys plus ``context``.
 
