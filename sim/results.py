@@ -161,9 +161,12 @@ def distribution(values: np.ndarray) -> dict[str, float | None]:
 
 
 def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
-              num_replicas: int, kv_capacity_tokens: int, kv_num_blocks: list[int],
+              num_replicas: int, kv_capacity_tokens: list[int], kv_num_blocks: list[int],
               gpu: GPU, cost: CostConfig | None = None) -> dict:
     """The summary.json object (GUIDE section 3), from the two tables.
+
+    ``kv_capacity_tokens`` and ``kv_num_blocks`` are per model (``model_id``): one entry for a
+    fleet of one model. ``kv_capacity_tokens`` in the summary is the first model's pool.
 
     ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
     """
@@ -194,7 +197,7 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
                / np.asarray(kv_num_blocks, dtype=float)[_column(steps, "model_id")])
     busy = float(duration.sum())
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
-    return {
+    out = {
         "ttft_s": distribution(col["ttft_s"][completed]),
         "tpot_s": distribution(col["tpot_s"]),
         "itl_s": distribution(col["itl_s"]),
@@ -216,7 +219,7 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
         "num_steps": int(len(start)),
         "num_replicas": num_replicas,
         "num_gpus": num_gpus,
-        "kv_capacity_tokens": kv_capacity_tokens,
+        "kv_capacity_tokens": kv_capacity_tokens[0],
         "kv_utilization": {
             # step-time weighted: the share of blocks in use while replicas were busy
             "mean": float((kv_used * duration).sum() / busy) if busy else None,
@@ -228,6 +231,9 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
                            input_tokens=in_tokens, output_tokens=out_tokens,
                            gpu_busy_fraction=busy_fraction),
     }
+    if len(kv_capacity_tokens) > 1:
+        out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)
+    return out
 
 
 def to_json(summary: dict) -> str:

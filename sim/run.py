@@ -82,7 +82,6 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     num_replicas = params.integer(cfg["fleet"], "replicas", required=True, ge=1, prefix="fleet")
     placement = build_placement(cfg, num_replicas, build_deployment)
     deployment = placement.deployments[0]
-    memory = deployment.memory
     kv_cfg = cfg["kv"]
     step_times = [build(cfg["step_time"], "step_time", deployment=d)
                   for d in placement.deployments]
@@ -116,12 +115,11 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     requests = requests_table(cluster.requests)
     steps = steps_table([replica.recorders for replica in cluster.replicas])
     summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
-                        num_replicas=num_replicas, kv_capacity_tokens=memory.kv_capacity_tokens,
+                        num_replicas=num_replicas,
+                        kv_capacity_tokens=[d.memory.kv_capacity_tokens
+                                            for d in placement.deployments],
                         kv_num_blocks=[d.memory.num_blocks for d in placement.deployments],
                         gpu=deployment.gpu, cost=cost)
-    if len(placement.deployments) > 1:  # kv_capacity_tokens is the first model's pool
-        summary["kv_capacity_tokens_per_model"] = [d.memory.kv_capacity_tokens
-                                                   for d in placement.deployments]
     return RunResult(requests, steps, summary, cfg)
 
 
