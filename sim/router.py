@@ -26,14 +26,13 @@ class RoundRobinRouter:
     """Replicas in turn, whatever their load."""
 
     def __init__(self, **_):
-        # One turn counter per list of candidates: the cluster passes one list per model
-        # (sim.placement), and each model's replicas take their own turns.
+        # One turn counter per model: the candidates are the replicas serving the request's
+        # model (sim.placement), and each model's replicas take their own turns.
         self._next: dict[int, int] = {}
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
-        key = id(replicas)
-        index = self._next.get(key, 0)
-        self._next[key] = (index + 1) % len(replicas)
+        index = self._next.get(request.model_id, 0) % len(replicas)
+        self._next[request.model_id] = index + 1
         return index
 
 
