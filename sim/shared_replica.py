@@ -28,12 +28,14 @@ class SharedReplica(Replica):
     def __init__(self, env: simpy.Environment, replica_id: int,
                  engines: list[tuple[int, Scheduler, StepTimeModel]],
                  on_request_done: Callable[[Request], None], horizon_s: float | None = None):
-        self._engines = [(model_id, scheduler, step_time, StepRecorder())
-                         for model_id, scheduler, step_time in engines]
-        self._by_model = {engine[0]: engine for engine in self._engines}
-        model_id, scheduler, step_time, _ = self._engines[0]
+        # The base replica is the first model's engine (its scheduler, step time and step
+        # rows); the process it starts runs this class's _run once the simulation starts.
+        model_id, scheduler, step_time = engines[0]
         super().__init__(env, replica_id, scheduler, step_time, on_request_done,
                          fast_forward_decode=False, horizon_s=horizon_s, model_id=model_id)
+        self._engines = [(model_id, scheduler, step_time, self.steps)]
+        self._engines += [(m, sched, st, StepRecorder()) for m, sched, st in engines[1:]]
+        self._by_model = {engine[0]: engine for engine in self._engines}
 
     @property
     def recorders(self) -> list[tuple[int, StepRecorder]]:
