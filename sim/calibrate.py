@@ -33,7 +33,7 @@ from scipy.optimize import nnls
 
 from sim.arrow_numpy import column_to_numpy
 from sim.errors import ConfigError, require
-from sim.step_time.calibrated import Profile
+from sim.step_time.calibrated import TP_EXPONENT, Profile
 
 STEP_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "prefill_attn", "decode_context",
                 "step_time_s")
@@ -234,8 +234,13 @@ def _step_holdout_error(held_out: dict, c: dict, gemm: tuple, lm_head: tuple) ->
 
 
 def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: str,
-                      backend: str, c0: float, allreduce_latency_s: float = 0.0) -> Profile:
-    """A profile from kernel tables for ``model`` (a ModelSpec) on ``gpu`` (a GPU)."""
+                      backend: str, c0: float, allreduce_latency_s: float = 0.0,
+                      tp_compute_exponent: float = 1.0) -> Profile:
+    """A profile from kernel tables for ``model`` (a ModelSpec) on ``gpu`` (a GPU).
+
+    ``c0``, ``allreduce_latency_s`` and ``tp_compute_exponent`` are not in any kernel table;
+    they are fitted on serving runs (benchmarks/fidelity.py --fit) and passed in.
+    """
     directory = Path(directory)
     require(model.name == KERNEL_MODEL, "model", model.name,
             f"the kernel tables measure {KERNEL_MODEL}'s GEMM and attention shapes")
@@ -257,6 +262,7 @@ def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: st
                                                    * gpu.hbm_bandwidth_bytes_per_s)
     coefficients["c0"] = c0
     coefficients["c_allreduce_latency"] = allreduce_latency_s
+    coefficients[TP_EXPONENT] = tp_compute_exponent
     errors["gemm_curve"] = _curve_holdout_error(tokens, gemm_s)
     errors["step_time"] = _step_holdout_error(errors.pop("_held_out_rows"), coefficients,
                                               (tokens, gemm_s), (lm_tokens, lm_s))
@@ -270,10 +276,12 @@ def calibrate_kernels(directory: str | Path, *, model, gpu, weights: str, kv: st
                   "prefill attention (c_prefill_step, c_prefill_attn, part of c_token)",
                   "decode attention (c_decode_step, c_decode_attn, c_decode_seq)"],
         modelled=["element-wise work in c_token: bytes / (0.8 x HBM bandwidth)",
-                  "c0 (the engine's per-step overhead) and c_allreduce_latency (one TP "
-                  "all-reduce): fitted on end-to-end serving runs (benchmarks/fidelity.py "
-                  "--fit), not in any kernel table",
-                  "tensor parallelism: per-GPU work / tp plus ring all-reduces"],
+                  "c0 (the engine's per-step overhead), c_allreduce_latency (one TP "
+                  "all-reduce) and tp_compute_exponent (how per-token work speeds up on tp "
+                  "GPUs): fitted on end-to-end serving runs (benchmarks/fidelity.py --fit), "
+                  "not in any kernel table",
+                  "tensor parallelism: weights and KV reads / tp, per-token work / "
+                  "tp**tp_compute_exponent, plus ring all-reduces"],
         provenance={"method": "kernel tables", "sources": [
             {"path": p.name, "sha256": _sha256(p)} for p in (gemm_path, prefill_path,
                                                              decode_path)],
@@ -300,6 +308,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--allreduce-latency", type=float, default=0.0,
                         help="seconds per tensor-parallel all-reduce (kernel profiles only; "
                              "0: the GPU catalog's interconnect latency)")
+    parser.add_argument("--tp-exponent", type=float, default=1.0,
+                        help="per-token work on tp GPUs takes 1/tp**this of its TP-1 time "
+                             "(kernel profiles only; 1: ideal scaling)")
     parser.add_argument("--out", help="profile path (default: data/profiles/<name>.json)")
     args, overrides = parser.parse_known_args(argv)
     try:
@@ -334,6 +345,9 @@ def _calibrate(args, overrides: list[str]) -> Profile:
     require(args.c0 >= 0, "calibrate.c0", args.c0, "must be >= 0")
     require(args.allreduce_latency >= 0, "calibrate.allreduce_latency", args.allreduce_latency,
             "must be >= 0")
+    require(0 < args.tp_exponent <= 1, "calibrate.tp_exponent", args.tp_exponent,
+            "must be in (0, 1]")
     return calibrate_kernels(args.kernels, model=model, gpu=gpu, weights=weights, kv=kv,
                              backend=args.backend, c0=args.c0,
-                             allreduce_latency_s=args.allreduce_latency)
+                             allreduce_latency_s=args.allreduce_latency,
+                             tp_compute_exponent=args.tp_exponent)

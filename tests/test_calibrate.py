@@ -94,7 +94,7 @@ def test_shipped_profiles_are_monotone_and_held_out_error_is_under_5_percent(pat
     assert profile.holdout_error["step_time"]["mape"] < 0.05
     weights = "fp8" if "_wfp8_" in path.name else "bf16"
     hardware = "h200" if "h200" in path.name else "h100_sxm"
-    for tp in (1, 2):
+    for tp in (1, 2, 8):
         cfg = compose(f"hardware={hardware}", f"precision.weights={weights}",
                       f"precision.kv={weights}", f"fleet.tp={tp}", "step_time=calibrated",
                       f"step_time.profile={path}")
@@ -109,12 +109,50 @@ def test_shipped_profiles_are_monotone_and_held_out_error_is_under_5_percent(pat
             assert t == sorted(t), "more context must never be faster"
 
 
+def _step_time_with_exponent(tmp_path, exponent: float, tp: int) -> CalibratedStepTime:
+    profile = Profile.load(PROFILE_DIR / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json")
+    profile.coefficients["tp_compute_exponent"] = exponent
+    path = profile.save(tmp_path / f"p_{exponent}.json")
+    cfg = compose(f"fleet.tp={tp}", "step_time=calibrated", "step_time.backend=trtllm",
+                  f"step_time.profile={path}")
+    return CalibratedStepTime(build_deployment(cfg), backend="trtllm", profile=str(path))
+
+
+def test_tp_exponent_slows_per_token_work_only(tmp_path):
+    ideal, slow = (_step_time_with_exponent(tmp_path, e, tp=4) for e in (1.0, 0.5))
+    c = ideal.profile.coefficients
+    floor = ideal.profile.gemm_s[0]
+    # a whole-prompt step: the per-token terms take 1/sqrt(4) of their TP-1 time, not 1/4
+    p, ap = 8192, 8192 ** 2
+    per_token = (float(np.interp(p, ideal.profile.gemm_tokens, ideal.profile.gemm_s)) - floor
+                 + (c["c_token"] + c["c_prefill_token"]) * p + c["c_prefill_attn"] * ap)
+    gap = slow.step_time_s(p, 0, ap, 0) - ideal.step_time_s(p, 0, ap, 0)
+    assert gap == pytest.approx(per_token * (1 / 2 - 1 / 4), rel=1e-9)
+    # a batch-1 decode reads the weights and the KV cache: split over 4 GPUs either way
+    decode_gap = slow.step_time_s(0, 1, 0, 1000) - ideal.step_time_s(0, 1, 0, 1000)
+    assert 0 < decode_gap < 0.01 * ideal.step_time_s(0, 1, 0, 1000)
+    # at TP 1 the exponent changes nothing
+    one = [_step_time_with_exponent(tmp_path, e, tp=1).step_time_s(4096, 8, 4096 ** 2, 8000)
+           for e in (1.0, 0.5)]
+    assert one[0] == pytest.approx(one[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("exponent", [0.0, 1.5, "fast"])
+def test_a_tp_exponent_outside_0_1_is_refused(tmp_path, exponent):
+    profile = Profile.load(PROFILE_DIR / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_vllm.json")
+    profile.coefficients["tp_compute_exponent"] = exponent
+    path = profile.save(tmp_path / "bad.json")
+    with pytest.raises(ConfigError, match=r"^step_time.profile=.*tp_compute_exponent=.* must be in \(0, 1\]"):
+        Profile.load(path)
+
+
 def test_kernel_calibration_rebuilds_the_shipped_profile(tmp_path):
     cfg = compose()
     profile = calibrate_kernels(REPO_ROOT / "data" / "calibration",
                                 model=ModelSpec.from_config(cfg["model"]),
                                 gpu=GPU.from_config(cfg["hardware"]), weights="bf16", kv="bf16",
-                                backend="trtllm", c0=0.001, allreduce_latency_s=2e-5)
+                                backend="trtllm", c0=0.001, allreduce_latency_s=1e-5,
+                                tp_compute_exponent=0.7)
     shipped = Profile.load(PROFILE_DIR / profile.file_name())
     assert profile.coefficients == shipped.coefficients
     assert profile.gemm_s == shipped.gemm_s

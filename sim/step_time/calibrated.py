@@ -1,14 +1,17 @@
 """A step time calibrated from measurements, with the shape of the physics.
 
     t = c0
-        + gemm(P + D) / tp                      weights read and GEMM work (measured curve)
+        + gemm(1) / tp                          weights read once (the GEMM curve's floor)
+        + (gemm(P + D) - gemm(1)) / s           GEMM work above that floor (measured curve)
         + lm_head(D + [P > 0]) / tp             the vocabulary projection, last tokens only
-        + c_token·(P + D) / tp                  per-token element-wise work (norms, SiLU, adds)
-        + [P > 0]·c_prefill_step + (c_prefill_token·P + c_prefill_attn·Ap) / tp
-        + [D > 0]·c_decode_step + c_decode_seq·D / tp + c_decode_attn·Ad / tp
+        + c_token·(P + D) / s                   per-token element-wise work (norms, SiLU, adds)
+        + [P > 0]·c_prefill_step + (c_prefill_token·P + c_prefill_attn·Ap) / s
+        + [D > 0]·c_decode_step + c_decode_seq·D / s + c_decode_attn·Ad / tp
         + all-reduce(P + D)                     2 per layer when tp > 1 (ring, as the roofline),
                                                 each paying c_allreduce_latency (or, when 0,
                                                 the GPU catalog's interconnect latency)
+
+    s = tp ** tp_compute_exponent               the speed-up of per-token work on tp GPUs
 
 ``gemm`` and ``lm_head`` are piecewise-linear curves of step time against tokens, taken from
 measured GEMM kernels: flat while a step is memory-bound (every weight read once whatever the
@@ -16,10 +19,16 @@ batch), then linear once it is compute-bound. The attention terms come from meas
 and decode attention kernels; ``c0`` is the engine's fixed per-step cost. Every coefficient is
 non-negative and both curves never decrease, so more work is never faster.
 
+Tensor parallelism. Reading the weights and the KV cache splits evenly over ``tp`` GPUs (each
+holds 1/tp of them), so those terms divide by ``tp``. Per-token work does not speed up as
+well: each GPU multiplies matrices ``tp`` times narrower, which run below the efficiency of the
+measured TP-1 shapes. ``tp_compute_exponent`` (1 = ideal, the default when a profile has none)
+says how much: per-token work on ``tp`` GPUs takes 1/tp**exponent of its TP-1 time.
+
 A profile (JSON, ``Profile``) holds the curves and coefficients for one (model, GPU, weight
 precision, KV precision, backend), with its provenance and held-out error. Profiles are measured
-at TP 1; tensor parallelism divides the per-GPU work by ``tp`` and adds the all-reduces from the
-GPU's interconnect (modelled, not measured). ``step_time=calibrated`` picks the shipped profile
+at TP 1; tensor parallelism splits the work as above and adds the all-reduces from the GPU's
+interconnect (modelled, not measured). ``step_time=calibrated`` picks the shipped profile
 matching the deployment, or takes ``step_time.profile=PATH``.
 """
 
@@ -39,6 +48,8 @@ PROFILE_DIR = REPO_ROOT / "data" / "profiles"
 SCHEMA_VERSION = 1
 COEFFICIENTS = ("c0", "c_token", "c_prefill_step", "c_prefill_token", "c_prefill_attn",
                 "c_decode_step", "c_decode_seq", "c_decode_attn", "c_allreduce_latency")
+# how per-token work scales with tensor parallelism (module docstring); 1 = ideal
+TP_EXPONENT = "tp_compute_exponent"
 
 
 @dataclass
@@ -84,6 +95,9 @@ class Profile:
             value = profile.coefficients.get(name, 0.0)
             require(isinstance(value, (int, float)) and value >= 0, "step_time.profile",
                     str(path), f"coefficient {name}={value!r} must be a number >= 0")
+        exponent = profile.coefficients.get(TP_EXPONENT, 1.0)
+        require(isinstance(exponent, (int, float)) and 0 < exponent <= 1, "step_time.profile",
+                str(path), f"coefficient {TP_EXPONENT}={exponent!r} must be in (0, 1]")
         for xs, ys, name in ((profile.gemm_tokens, profile.gemm_s, "gemm"),
                              (profile.lm_head_tokens, profile.lm_head_s, "lm_head")):
             require(len(xs) == len(ys) and all(b > a for a, b in zip(xs, xs[1:]))
@@ -148,16 +162,21 @@ class CalibratedStepTime(StepTimeModel):
         self.profile = prof
         c = {name: float(prof.coefficients.get(name, 0.0)) for name in COEFFICIENTS}
         tp = deployment.tp
+        speedup = tp ** float(prof.coefficients.get(TP_EXPONENT, 1.0))
         self._tp = tp
+        self._speedup = speedup
         self._c0 = c["c0"]
-        self._c_token = c["c_token"] / tp
+        self._c_token = c["c_token"] / speedup
         self._c_prefill_step = c["c_prefill_step"]
-        self._c_prefill_token = c["c_prefill_token"] / tp
-        self._c_prefill_attn = c["c_prefill_attn"] / tp
+        self._c_prefill_token = c["c_prefill_token"] / speedup
+        self._c_prefill_attn = c["c_prefill_attn"] / speedup
         self._c_decode_step = c["c_decode_step"]
-        self._c_decode_seq = c["c_decode_seq"] / tp
+        self._c_decode_seq = c["c_decode_seq"] / speedup
         self._c_decode_attn = c["c_decode_attn"] / tp
         self._gemm = (list(prof.gemm_tokens), list(prof.gemm_s))
+        # the memory-bound floor: every weight read once, split over the tp GPUs
+        self._gemm_floor = prof.gemm_s[0] if prof.gemm_s else 0.0
+        self._gemm_floor_per_gpu = self._gemm_floor / tp
         self._lm_head = (list(prof.lm_head_tokens), list(prof.lm_head_s))
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
@@ -172,7 +191,9 @@ class CalibratedStepTime(StepTimeModel):
 
     def step_time_s(self, num_prefill_tokens, num_decode_seqs, prefill_attn, decode_context):
         tokens = num_prefill_tokens + num_decode_seqs
-        t = (self._c0 + _curve(*self._gemm, tokens) / self._tp + self._c_token * tokens
+        t = (self._c0 + self._gemm_floor_per_gpu
+             + (_curve(*self._gemm, tokens) - self._gemm_floor) / self._speedup
+             + self._c_token * tokens
              + self._allreduce_per_token * tokens + self._allreduce_fixed)
         if num_prefill_tokens:
             t += (self._c_prefill_step + self._c_prefill_token * num_prefill_tokens
