@@ -19,7 +19,7 @@ from sim.replica import Replica
 from sim.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.scheduler.base import Scheduler
 from sim.shared_replica import SharedReplica
-from sim.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
+from sim.simclock import ARRIVAL_PRIORITY, timeout_at
 from sim.step_time.base import StepTimeModel
 from sim.workload.source import Workload
 
@@ -32,10 +32,12 @@ class Cluster:
     def __init__(self, workload: Workload, replica_engines: list[list[Engine]], router,
                  model_ids: np.ndarray | None = None, fast_forward_decode: bool = True,
                  horizon_s: float | None = None,
-                 on_request_done: Callable[[Request], None] | None = None):
+                 on_request_done: Callable[[Request], None] | None = None,
+                 frontend_token_s: float = 0.0):
         """``replica_engines[i]`` lists what replica ``i`` serves: one engine for a replica of
         one model, several for a GPU shared by models. ``model_ids`` says which model each
-        request asks for (all model 0 when None)."""
+        request asks for (all model 0 when None). ``frontend_token_s`` > 0 gives every replica
+        a frontend (``sim.frontend``)."""
         self.env = simpy.Environment()
         self.workload = workload
         self.router = router
@@ -46,9 +48,10 @@ class Cluster:
             if len(engines) == 1:
                 model_id, scheduler, step_time = engines[0]
                 replica = Replica(self.env, i, scheduler, step_time, self._request_done,
-                                  fast_forward_decode, horizon_s, model_id)
+                                  fast_forward_decode, horizon_s, model_id, frontend_token_s)
             else:
-                replica = SharedReplica(self.env, i, engines, self._request_done, horizon_s)
+                replica = SharedReplica(self.env, i, engines, self._request_done, horizon_s,
+                                        frontend_token_s)
             self.replicas.append(replica)
         # the replicas that serve each model, in replica order, for the router to choose from
         self._hosts: dict[int, list[Replica]] = {}
@@ -96,7 +99,8 @@ class Cluster:
                 yield timeout_at(env, arrival_time_s)
             self._issue(arrival_time_s, ARRIVAL_PRIORITY)
 
-    def _request_done(self, request: Request) -> None:
+    def _request_done(self, request: Request, caller_priority: int) -> None:
+        """``request`` ended (its client heard) during an event of ``caller_priority``."""
         if self._progress is not None:
             self._progress(request)
         if not self._closed_loop or self._released >= self.workload.num_requests:
@@ -110,5 +114,5 @@ class Cluster:
             timeout_at(self.env, when).callbacks.append(
                 lambda _event: self._issue(when, ARRIVAL_PRIORITY))
         else:
-            # issued from inside the step end of the replica that finished the request
-            self._issue(self.env.now, step_end_priority(request.replica_id))
+            # issued from inside the event that ended the request
+            self._issue(self.env.now, caller_priority)

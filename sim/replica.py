@@ -6,7 +6,8 @@
 
 Only this module moves simulated time for a replica. A request that arrives during a step waits
 for the step to end (an engine cannot change a batch in flight). An idle replica sleeps until a
-request arrives.
+request arrives. With a frontend (``sim.frontend``), requests reach the engine and tokens reach
+clients through the host's queue.
 
 Decode stretches. When the scheduler promises that the next ``k`` steps are identical pure
 decodes (``decode_stretch_limit``), the replica prices all ``k`` at once and waits for the last
@@ -25,10 +26,12 @@ from typing import Callable
 import numpy as np
 import simpy
 
+from sim.frontend import Frontend
 from sim.metrics import StepRecorder
 from sim.request import REJECTED, Request
 from sim.scheduler.base import Scheduler
-from sim.simclock import step_end_priority, timeout_at
+from sim.scheduler.plan import StepPlan
+from sim.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
 from sim.step_time.base import StepTimeModel
 
 
@@ -36,9 +39,11 @@ class Replica:
     """A replica: its scheduler (which owns the KV cache), its step-time model, its process."""
 
     def __init__(self, env: simpy.Environment, replica_id: int, scheduler: Scheduler,
-                 step_time: StepTimeModel, on_request_done: Callable[[Request], None],
+                 step_time: StepTimeModel, on_request_done: Callable[[Request, int], None],
                  fast_forward_decode: bool = True, horizon_s: float | None = None,
-                 model_id: int = 0):
+                 model_id: int = 0, frontend_token_s: float = 0.0):
+        """``on_request_done(request, caller_priority)`` hears of each request that ends, when
+        its client does; ``caller_priority`` is the priority of the event that tells it."""
         self.env = env
         self.replica_id = replica_id
         self.model_id = model_id
@@ -49,6 +54,8 @@ class Replica:
         self.steps = StepRecorder()
         self.on_request_done = on_request_done
         self.fast_forward_decode = fast_forward_decode
+        self.frontend = Frontend(frontend_token_s) if frontend_token_s > 0 else None
+        # requests routed here, not yet ended: in the frontend's queue or at the scheduler
         self.num_outstanding = 0
         self.committed_tokens = 0
         self._wakeup: simpy.Event | None = None
@@ -56,12 +63,24 @@ class Replica:
         self.process = env.process(self._run())
 
     def add(self, request: Request, caller_priority: int) -> None:
-        """Accept a routed request now, or reject it if it can never run here.
+        """Take a routed request: it reaches the engine now, or when the frontend's queue
+        clears.
 
         ``caller_priority`` is the priority of the event being processed (an arrival, or some
         replica's step end): it says whether this replica's own step ending right now has
         already been processed, which a decode stretch needs to know when interrupted.
         """
+        self.num_outstanding += 1
+        self.committed_tokens += request.prompt_tokens + request.output_tokens
+        frontend = self.frontend
+        if frontend is not None and frontend.busy_until > self.env.now:
+            timeout_at(self.env, frontend.busy_until).callbacks.append(
+                lambda _event: self._enter(request, ARRIVAL_PRIORITY))
+        else:
+            self._enter(request, caller_priority)
+
+    def _enter(self, request: Request, caller_priority: int) -> None:
+        """Queue a request at the engine now, or reject it if it can never run here."""
         if not self._accept(request, self.scheduler):
             return
         if self._wakeup is not None:
@@ -76,12 +95,15 @@ class Replica:
         request.replica_id = self.replica_id
         if scheduler.rejection_reason(request) is not None:
             request.status = REJECTED
-            self.on_request_done(request)
+            self._forget(request)
+            self.on_request_done(request, ARRIVAL_PRIORITY)
             return False
         scheduler.add(request)
-        self.num_outstanding += 1
-        self.committed_tokens += request.prompt_tokens + request.output_tokens
         return True
+
+    def _forget(self, request: Request) -> None:
+        self.num_outstanding -= 1
+        self.committed_tokens -= request.prompt_tokens + request.output_tokens
 
     @property
     def recorders(self) -> list[tuple[int, StepRecorder]]:
@@ -89,10 +111,30 @@ class Replica:
         return [(self.model_id, self.steps)]
 
     def _done(self, finished: list[Request]) -> None:
+        """Requests that completed in the step that just ended; their clients hear of it when
+        the last token is streamed (at once without a frontend)."""
+        env = self.env
         for request in finished:
-            self.num_outstanding -= 1
-            self.committed_tokens -= request.prompt_tokens + request.output_tokens
-            self.on_request_done(request)
+            self._forget(request)
+            if request.completion_time_s > env.now:
+                timeout_at(env, request.completion_time_s).callbacks.append(
+                    lambda _event, r=request: self.on_request_done(r, ARRIVAL_PRIORITY))
+            else:
+                self.on_request_done(request, self.priority)
+
+    def _end_step(self, scheduler: Scheduler, plan: StepPlan) -> list[Request]:
+        """Apply the step that just ended; the frontend (if any) streams the tokens it made,
+        in the step's order. Returns the requests that completed."""
+        now = self.env.now
+        if self.frontend is None:
+            return scheduler.on_step_end(plan, now)
+        sampled_before = [request.num_generated for request, _ in plan.prefills]
+        finished = scheduler.on_step_end(plan, now)
+        producers = [request for (request, _), before in zip(plan.prefills, sampled_before)
+                     if request.num_generated > before]
+        producers += plan.decodes
+        self.frontend.stream_step(now, producers)
+        return finished
 
     def _run(self):
         env = self.env
@@ -124,7 +166,10 @@ class Replica:
                 yield timeout_at(env, start + duration, self.priority)
                 steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
                           plan.num_seqs, blocks_used)
-                finished = scheduler.on_step_end(plan, env.now)
+                if self.frontend is None:  # the hot path, without a call
+                    finished = scheduler.on_step_end(plan, env.now)
+                else:
+                    finished = self._end_step(scheduler, plan)
             else:
                 finished = yield from self._decode_stretch(plan, num_steps)
             if finished:
@@ -160,6 +205,8 @@ class Replica:
         self._interruptible = False
         finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
                                                                float(end_times[num_steps - 1]))
+        if self.frontend is not None:
+            self.frontend.stream_decode_stretch(end_times, num_steps, plan.decodes)
         self.steps.add_decode_stretch(start, durations[:num_steps], end_times[:num_steps],
                                       len(plan.decodes), blocks_used)
         return finished

@@ -92,6 +92,8 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     slo_cfg = cfg.get("slo") or {}
     slo = Slo(*(params.number(slo_cfg, k, gt=0, prefix="slo") for k in ("ttft_s", "tpot_s", "e2e_s")))
     cost = CostConfig.from_config(cfg.get("cost"))  # validated before the run; absent: defaults
+    frontend_token_s = params.number(cfg.get("frontend") or {}, "token_s", default=0.0, ge=0,
+                                     prefix="frontend")
 
     def make_scheduler(model_id: int):
         plan = placement.deployments[model_id].memory
@@ -106,7 +108,8 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     cluster = Cluster(workload, replica_engines, router,
                       model_ids=placement.model_ids(workload.num_requests, seed),
                       fast_forward_decode=bool(sim_cfg.get("fast_forward_decode", True)),
-                      horizon_s=horizon_s, on_request_done=on_done)
+                      horizon_s=horizon_s, on_request_done=on_done,
+                      frontend_token_s=frontend_token_s)
     try:
         cluster.run()
     finally:

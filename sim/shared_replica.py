@@ -27,12 +27,14 @@ from sim.step_time.base import StepTimeModel
 class SharedReplica(Replica):
     def __init__(self, env: simpy.Environment, replica_id: int,
                  engines: list[tuple[int, Scheduler, StepTimeModel]],
-                 on_request_done: Callable[[Request], None], horizon_s: float | None = None):
+                 on_request_done: Callable[[Request, int], None], horizon_s: float | None = None,
+                 frontend_token_s: float = 0.0):
         # The base replica is the first model's engine (its scheduler, step time and step
         # rows); the process it starts runs this class's _run once the simulation starts.
         model_id, scheduler, step_time = engines[0]
         super().__init__(env, replica_id, scheduler, step_time, on_request_done,
-                         fast_forward_decode=False, horizon_s=horizon_s, model_id=model_id)
+                         fast_forward_decode=False, horizon_s=horizon_s, model_id=model_id,
+                         frontend_token_s=frontend_token_s)
         self._engines = [(model_id, scheduler, step_time, self.steps)]
         self._engines += [(m, sched, st, StepRecorder()) for m, sched, st in engines[1:]]
         self._by_model = {engine[0]: engine for engine in self._engines}
@@ -41,7 +43,7 @@ class SharedReplica(Replica):
     def recorders(self) -> list[tuple[int, StepRecorder]]:
         return [(model_id, steps) for model_id, _, _, steps in self._engines]
 
-    def add(self, request: Request, caller_priority: int) -> None:
+    def _enter(self, request: Request, caller_priority: int) -> None:
         if not self._accept(request, self._by_model[request.model_id][1]):
             return
         if self._wakeup is not None:  # no decode stretches here, so nothing to interrupt
@@ -74,6 +76,6 @@ class SharedReplica(Replica):
             yield timeout_at(env, start + duration, self.priority)
             steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
                       plan.num_seqs, blocks_used)
-            finished = scheduler.on_step_end(plan, env.now)
+            finished = self._end_step(scheduler, plan)
             if finished:
                 self._done(finished)

@@ -70,6 +70,22 @@ def test_colocated_models_take_turns_on_each_gpu():
         assert np.mean(model[1:] != model[:-1]) > 0.3
 
 
+def test_colocated_models_share_one_frontend_per_gpu():
+    # Both models' tokens go through the replica's one host queue: with 1 ms per token the
+    # queue is the bottleneck, so clients see tokens late, and never before the engine made them.
+    base = simulate(compose("placement=colocated", "fleet.replicas=1", *TINY))
+    slow = simulate(compose("placement=colocated", "fleet.replicas=1", "frontend.token_s=0.001",
+                            *TINY))
+    b, s = columns(base.requests), columns(slow.requests)
+    assert slow.summary["completed"] == base.summary["completed"] == 200
+    assert np.all(s["first_token_time_s"] >= s["arrival_time_s"])
+    assert np.all(s["completion_time_s"] >= s["first_token_time_s"])
+    assert set(s["model_id"]) == {0, 1}
+    # every token takes 1 ms of the single queue: the run lasts at least that long
+    assert s["completion_time_s"].max() >= 0.001 * s["output_tokens"].sum()
+    assert s["e2e_s"].mean() > 2 * b["e2e_s"].mean()
+
+
 def test_dedicated_replicas_only_serve_their_model():
     result = simulate(compose("placement=dedicated", "fleet.replicas=3",
                               "placement.second_model_replicas=1", "router=round_robin", *TINY))

@@ -212,6 +212,37 @@ def test_vllm_preempted_request_recomputes_prompt_and_outputs():
     assert fin == [r1] and r1.num_preemptions == 1
 
 
+def test_vllm_max_prefills_per_step_prefills_one_prompt_per_step():
+    sched = VLLMScheduler(KVCache(100, 4), max_num_seqs=8, max_num_batched_tokens=64,
+                          enable_chunked_prefill=False, max_prefills_per_step=1)
+    for i in range(3):
+        sched.add(req(i, 10, 4))
+    plan, _ = step(sched, 1.0)  # room for all three prompts, but one per step
+    assert prefills(plan) == [(0, 10)] and decodes(plan) == []
+    plan, _ = step(sched, 2.0)
+    assert decodes(plan) == [0] and prefills(plan) == [(1, 10)]
+    plan, _ = step(sched, 3.0)
+    assert decodes(plan) == [0, 1] and prefills(plan) == [(2, 10)]
+    plan, _ = step(sched, 4.0)
+    assert decodes(plan) == [0, 1, 2] and prefills(plan) == []
+
+
+def test_vllm_max_prefills_per_step_counts_a_running_chunked_prompt():
+    # a prompt still being chunked takes the step's one prefill; the next waits for it
+    sched = VLLMScheduler(KVCache(100, 4), max_num_seqs=8, max_num_batched_tokens=8,
+                          max_prefills_per_step=1)
+    sched.add(req(0, 12, 2))
+    sched.add(req(1, 3, 2))
+    plan, _ = step(sched, 1.0)
+    assert prefills(plan) == [(0, 8)]
+    plan, _ = step(sched, 2.0)
+    assert prefills(plan) == [(0, 4)]  # budget left over, but no second prefill
+    plan, _ = step(sched, 3.0)
+    assert decodes(plan) == [0] and prefills(plan) == [(1, 3)]
+    with pytest.raises(ValueError, match=r"^scheduler.max_prefills_per_step=0: "):
+        VLLMScheduler(KVCache(100, 4), max_prefills_per_step=0)
+
+
 # -- Sarathi -------------------------------------------------------------------------------
 
 

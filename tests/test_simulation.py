@@ -30,6 +30,7 @@ SCHEDULERS = {
     "vllm": ["scheduler=vllm"],
     "vllm_whole": ["scheduler=vllm", "scheduler.enable_chunked_prefill=false"],
     "vllm_small_budget": ["scheduler=vllm", "scheduler.max_num_batched_tokens=48"],
+    "vllm_one_prefill": ["scheduler=vllm", "scheduler.max_prefills_per_step=1"],
     "sarathi": ["scheduler=sarathi", "scheduler.chunk_size=64"],
     "prefill_first": ["scheduler=prefill_first"],
     "static": ["scheduler=static", "scheduler.max_num_seqs=8"],
@@ -155,6 +156,20 @@ FAST_FORWARD_CASES = {
         "workload=closed_loop", "workload.concurrency=7", "workload.num_requests=120",
         "workload.prompt_tokens=100", "workload.output_tokens={dist:uniform,low:1,high:150}",
         "router=least_tokens", *TINY_KV, "sim.progress=false"],
+    # A frontend that falls behind: tokens streamed late, requests reaching the engine late,
+    # closed-loop clients released when their last token is streamed; with preemption.
+    "frontend_closed_loop_tiny": [
+        "fleet.replicas=2", "workload=closed_loop", "workload.concurrency=24",
+        "workload.num_requests=150", "workload.prompt_tokens={dist:uniform,low:10,high:300}",
+        "workload.output_tokens={dist:uniform,low:1,high:150}", "frontend.token_s=0.0004",
+        *TINY_KV, "sim.progress=false"],
+    "frontend_poisson_horizon": [*RANDOM, "workload.qps=20", "frontend.token_s=0.0002",
+                                 "sim.horizon_s=3"],
+    "frontend_ties_constant": [
+        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.01",
+        "workload=closed_loop", "workload.concurrency=9", "workload.num_requests=90",
+        "workload.prompt_tokens=16", "workload.output_tokens=40", "frontend.token_s=0.00125",
+        "router=round_robin", "sim.progress=false"],
 }
 
 
@@ -271,12 +286,14 @@ def test_exactly_the_requests_that_never_fit_are_rejected():
     assert np.all(req["status"][~never] == "completed")
 
 
-def test_closed_loop_keeps_concurrency_in_flight():
+@pytest.mark.parametrize("frontend_token_s", [0.0, 0.0005])
+def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
     concurrency = 5
     result = simulate(compose(
         "fleet.replicas=2", "workload=closed_loop", f"workload.concurrency={concurrency}",
         "workload.num_requests=60", "workload.prompt_tokens={dist:uniform,low:10,high:200}",
-        "workload.output_tokens={dist:uniform,low:1,high:60}", "sim.progress=false"))
+        "workload.output_tokens={dist:uniform,low:1,high:60}", "sim.progress=false",
+        f"frontend.token_s={frontend_token_s}"))
     req = columns(result.requests)
     assert len(req["request_id"]) == 60 and np.all(req["status"] == "completed")
     arrival, done = req["arrival_time_s"], req["completion_time_s"]
@@ -337,8 +354,10 @@ def run_check_run(out: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(not CHECK_RUN.exists(), reason="../shared/tools/check_run.py not present")
-def test_check_run_accepts_a_written_run(tmp_path):
-    result = simulate(compose(*RANDOM, "fleet.replicas=2", "scheduler=sarathi"))
+@pytest.mark.parametrize("frontend_token_s", [0.0, 0.0003])
+def test_check_run_accepts_a_written_run(tmp_path, frontend_token_s):
+    result = simulate(compose(*RANDOM, "fleet.replicas=2", "scheduler=sarathi",
+                              f"frontend.token_s={frontend_token_s}"))
     assert result.summary["num_preemptions"] == 0
     out = write_run(result, tmp_path / "run")
     proc = run_check_run(out)
