@@ -14,7 +14,8 @@ aiconfigurator's own estimates in the same file.
 
 How the benchmark and server ran is not recorded, so these are assumed:
 - Requests per run: 10 per concurrency slot (`--requests-per-slot`).
-- One request always waits (queued = 1): the engine runs at most concurrency - 1 of them.
+- One request always waits (queued = 1): the engine runs at most concurrency - 1 of them
+  (`scheduler.max_num_seqs`, which also caps the decode batch at concurrency - 1).
   The measured runs show this. Below concurrency 64, measured TTFT minus one inter-completion
   interval (E2E / concurrency, from the measured TTFT and TPOT) is about one prompt's prefill.
   So each request waits about one interval, which is what a closed loop with exactly one
@@ -35,8 +36,14 @@ global step-time terms that no kernel table holds:
 `--fit` picks these by grid search on the even-numbered runs, then the frontend's token time,
 the queued requests and the prefills per step, one group at a time, on the same runs. It
 minimises TTFT MAPE / 25% + TPOT MAPE / 8% (each error in units of its target). It reports the
-error on the odd-numbered runs (held out) and on all runs. The shipped profiles
-and `Setup`'s defaults carry the fitted values.
+error on the odd-numbered runs (held out) and on all runs. "Even-numbered" means rows 0, 2, 4,
+... of the CSV. Each group's search starts from `Setup`'s defaults, which hold the last fit's
+values, so a rerun refines that fit rather than starting afresh. The shipped profiles and
+`Setup`'s defaults carry the fitted values.
+
+Only the values were fitted on the even runs. The forms of the three server terms (a frontend,
+one queued request, a prefill limit) were chosen after looking at all 177 runs, so the
+held-out error is somewhat optimistic for them.
 """
 
 from __future__ import annotations

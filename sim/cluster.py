@@ -79,8 +79,19 @@ class Cluster:
 
     def run(self) -> None:
         """Simulate until every request has ended, or until the horizon."""
-        self.env.run(until=self.horizon_s)
+        horizon_s = self.horizon_s
+        self.env.run(until=horizon_s)
         for request in self.requests:
+            if horizon_s is not None:
+                # With a frontend a token can be made before the horizon and reach its client
+                # after it: the client has not seen it.
+                if request.first_token_time_s is not None \
+                        and request.first_token_time_s >= horizon_s:
+                    request.first_token_time_s = None
+                if request.completion_time_s is not None \
+                        and request.completion_time_s >= horizon_s:
+                    request.completion_time_s = None
+                    request.status = UNFINISHED
             if request.status not in (COMPLETED, REJECTED):
                 request.status = UNFINISHED
 

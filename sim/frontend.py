@@ -12,7 +12,8 @@ process).
                                                         (k = 1, 2, ... its place in the step)
     a request arriving at t reaches the engine at       max(busy, t)
 
-``busy`` is when the queue's last piece of work ends. A request's ``first_token_time_s`` and
+``busy`` is when the queue's last piece of work ends. Taking in a request costs no host time
+here: a request only waits behind the tokens already queued. A request's ``first_token_time_s`` and
 ``completion_time_s`` are when its client receives those tokens, and a closed-loop client sends
 its next request then. ``frontend.token_s = 0`` (the default) leaves the frontend out: clients
 see tokens when the step ends and requests reach the engine when they arrive.
@@ -26,11 +27,13 @@ from sim.request import COMPLETED, Request
 class Frontend:
     """The host queue of one replica (times in seconds)."""
 
-    __slots__ = ("busy_until", "token_s")
+    __slots__ = ("_stretch", "_stretch_streamed", "busy_until", "token_s")
 
     def __init__(self, token_s: float):
         self.token_s = token_s
         self.busy_until = 0.0
+        self._stretch = None
+        self._stretch_streamed = 0
 
     def _queue(self, end_s: float, num_tokens: int) -> float:
         """Queue one step's ``num_tokens`` tokens; return when the queue starts on them."""
@@ -49,10 +52,35 @@ class Frontend:
             if request.status == COMPLETED:
                 request.completion_time_s = start + k * token_s
 
-    def stream_decode_stretch(self, end_times_s, num_steps: int,
-                              decodes: list[Request]) -> None:
-        """``stream_step`` for ``num_steps`` identical pure-decode steps ending at
-        ``end_times_s``: the same arithmetic, step by step, so the times are identical."""
-        for end_s in end_times_s[:num_steps - 1]:
+    # -- decode stretches: many identical pure-decode steps priced as one event ------------
+
+    def begin_stretch(self, end_times_s, decodes: list[Request]) -> None:
+        """A decode stretch starts: its steps end at ``end_times_s``, each making one token per
+        request in ``decodes``. Their tokens are queued as the steps end (``catch_up``), with
+        the same arithmetic as ``stream_step``, so the times are those of stepping one by one."""
+        self._stretch = (end_times_s, decodes)
+        self._stretch_streamed = 0
+
+    def catch_up(self, num_steps_ended: int) -> None:
+        """Queue the tokens of the stretch's steps that have ended by now (``busy_until`` is then
+        what stepping one by one would have)."""
+        end_times_s, decodes = self._stretch
+        for end_s in end_times_s[self._stretch_streamed:num_steps_ended]:
             self._queue(float(end_s), len(decodes))
+        self._stretch_streamed = max(self._stretch_streamed, num_steps_ended)
+
+    def end_stretch(self, num_steps: int) -> None:
+        """The stretch ended after ``num_steps`` steps: stream the rest, dating the last step's
+        tokens as ``stream_step`` does."""
+        end_times_s, decodes = self._stretch
+        self.catch_up(num_steps - 1)
         self.stream_step(float(end_times_s[num_steps - 1]), decodes)
+        self._stretch = None
+
+    @property
+    def in_stretch(self) -> bool:
+        return self._stretch is not None
+
+    @property
+    def stretch_end_times(self):
+        return self._stretch[0]

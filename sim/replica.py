@@ -70,18 +70,32 @@ class Replica:
         replica's step end): it says whether this replica's own step ending right now has
         already been processed, which a decode stretch needs to know when interrupted.
         """
+        request.replica_id = self.replica_id
         self.num_outstanding += 1
         self.committed_tokens += request.prompt_tokens + request.output_tokens
         frontend = self.frontend
-        if frontend is not None and frontend.busy_until > self.env.now:
-            timeout_at(self.env, frontend.busy_until).callbacks.append(
-                lambda _event: self._enter(request, ARRIVAL_PRIORITY))
-        else:
-            self._enter(request, caller_priority)
+        if frontend is not None:
+            if frontend.in_stretch:
+                # the steps of a decode stretch that have ended by now have queued their tokens
+                frontend.catch_up(self._steps_ended(frontend.stretch_end_times,
+                                                    caller_priority))
+            if frontend.busy_until > self.env.now:
+                timeout_at(self.env, frontend.busy_until).callbacks.append(
+                    lambda _event: self._enter(request, ARRIVAL_PRIORITY))
+                return
+        self._enter(request, caller_priority)
+
+    def _steps_ended(self, end_times, caller_priority: int) -> int:
+        """How many of a stretch's steps have ended by now, as seen from an event of
+        ``caller_priority``: a step ending exactly now has ended when this replica's step ends
+        rank before that event."""
+        if caller_priority > self.priority:
+            return bisect_right(end_times, self.env.now)
+        return bisect_left(end_times, self.env.now)
 
     def _enter(self, request: Request, caller_priority: int) -> None:
         """Queue a request at the engine now, or reject it if it can never run here."""
-        if not self._accept(request, self.scheduler):
+        if not self._accept(request, self.scheduler, caller_priority):
             return
         if self._wakeup is not None:
             wakeup, self._wakeup = self._wakeup, None
@@ -90,13 +104,13 @@ class Replica:
             self._interruptible = False
             self.process.interrupt(caller_priority)
 
-    def _accept(self, request: Request, scheduler: Scheduler) -> bool:
+    def _accept(self, request: Request, scheduler: Scheduler, caller_priority: int) -> bool:
         """Queue ``request`` at ``scheduler``, or reject it (False) if it can never run."""
         request.replica_id = self.replica_id
         if scheduler.rejection_reason(request) is not None:
             request.status = REJECTED
             self._forget(request)
-            self.on_request_done(request, ARRIVAL_PRIORITY)
+            self.on_request_done(request, caller_priority)
             return False
         scheduler.add(request)
         return True
@@ -115,12 +129,16 @@ class Replica:
         the last token is streamed (at once without a frontend)."""
         env = self.env
         for request in finished:
-            self._forget(request)
             if request.completion_time_s > env.now:
                 timeout_at(env, request.completion_time_s).callbacks.append(
-                    lambda _event, r=request: self.on_request_done(r, ARRIVAL_PRIORITY))
+                    lambda _event, r=request: self._client_heard(r, ARRIVAL_PRIORITY))
             else:
-                self.on_request_done(request, self.priority)
+                self._client_heard(request, self.priority)
+
+    def _client_heard(self, request: Request, caller_priority: int) -> None:
+        # outstanding until then, as a load balancer counts an open response stream
+        self._forget(request)
+        self.on_request_done(request, caller_priority)
 
     def _end_step(self, scheduler: Scheduler, plan: StepPlan) -> list[Request]:
         """Apply the step that just ended; the frontend (if any) streams the tokens it made,
@@ -190,23 +208,21 @@ class Replica:
             # Steps ending at or after the horizon never end (as when stepping one by one).
             num_steps = max(1, min(num_steps, bisect_left(end_times, self.horizon_s)))
         self._interruptible = True
+        if self.frontend is not None:
+            self.frontend.begin_stretch(end_times, plan.decodes)
         try:
             yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
         except simpy.Interrupt as interrupt:
             # Something arrived: finish the step in progress, then plan again. If a step ends
             # exactly now, stepping one by one would have ended it before the arrival when
             # the arrival's event ranks after this replica's step ends.
-            now = env.now
-            if interrupt.cause > self.priority:
-                num_steps = min(num_steps, bisect_right(end_times, now) + 1)
-            else:
-                num_steps = min(num_steps, bisect_left(end_times, now) + 1)
+            num_steps = min(num_steps, self._steps_ended(end_times, interrupt.cause) + 1)
             yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
         self._interruptible = False
         finished, blocks_used = self.scheduler.advance_decodes(plan, num_steps,
                                                                float(end_times[num_steps - 1]))
         if self.frontend is not None:
-            self.frontend.stream_decode_stretch(end_times, num_steps, plan.decodes)
+            self.frontend.end_stretch(num_steps)
         self.steps.add_decode_stretch(start, durations[:num_steps], end_times[:num_steps],
                                       len(plan.decodes), blocks_used)
         return finished

@@ -15,7 +15,7 @@ table also gives ``ttft_s`` and ``queueing_delay_s`` of unfinished requests that
 so an overloaded run's worst waits stay visible.
 
 Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
-step. Goodput counts completed requests that meet every SLO set in ``slo``. The ``cost`` block
+step, or to the last completion a client sees if a frontend streams it later. Goodput counts completed requests that meet every SLO set in ``slo``. The ``cost`` block
 comes from sim/cost.py (what the fleet costs, and the unit costs derived from these rates).
 """
 
@@ -179,6 +179,10 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
     duration = _column(steps, "duration_s")
     first_arrival = float(col["arrival_time_s"].min()) if len(status) else 0.0
     end = float((start + duration).max()) if len(start) else first_arrival
+    done_s = _column(requests, "completion_time_s")[completed]
+    if len(done_s):
+        # with a frontend, clients receive the last tokens after the last step ends
+        end = max(end, float(done_s.max()))
     span_s = max(end - first_arrival, 0.0)
 
     def rate(x: float) -> float | None:

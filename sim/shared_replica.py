@@ -44,7 +44,7 @@ class SharedReplica(Replica):
         return [(model_id, steps) for model_id, _, _, steps in self._engines]
 
     def _enter(self, request: Request, caller_priority: int) -> None:
-        if not self._accept(request, self._by_model[request.model_id][1]):
+        if not self._accept(request, self._by_model[request.model_id][1], caller_priority):
             return
         if self._wakeup is not None:  # no decode stretches here, so nothing to interrupt
             wakeup, self._wakeup = self._wakeup, None

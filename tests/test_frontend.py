@@ -71,18 +71,24 @@ def test_a_new_request_waits_for_the_backlog_before_the_engine_sees_it():
     assert starts == pytest.approx([0, 0.01, 0.02, 0.058, 0.068, 0.078])
 
 
-def test_frontend_times_are_the_same_in_a_stretch_and_step_by_step():
-    frontend_a, frontend_b = Frontend(0.003), Frontend(0.003)
-    decodes = [Request(i, 0.0, 4, 10) for i in range(3)]
-    for r in decodes:
-        r.num_generated = 5
-    end_times = np.cumsum([0.004, 0.005, 0.004, 0.006])
-    frontend_a.stream_decode_stretch(end_times, 4, decodes)
-    for end in end_times:
-        frontend_b.stream_step(float(end), decodes)
-    assert frontend_a.busy_until == frontend_b.busy_until
-    # 9 ms of streaming per step of 4-6 ms: the queue never empties after the first step
-    assert frontend_a.busy_until == pytest.approx(0.004 + 4 * 3 * 0.003)
+def test_the_horizon_keeps_only_what_clients_saw_before_it():
+    # The engine finishes requests whose last tokens are still queued at the horizon: their
+    # clients never saw them, so they are unfinished, and so is a first token streamed late.
+    horizon = 3.0
+    result = simulate(compose_config([
+        "fleet.replicas=1", "workload=poisson", "workload.num_requests=200", "workload.qps=30",
+        "workload.prompt_tokens=64", "workload.output_tokens=64", "frontend.token_s=0.001",
+        f"sim.horizon_s={horizon}", "sim.progress=false"]))
+    status = np.array(column(result, "status"))
+    done = np.array(column(result, "completion_time_s"), dtype=float)
+    first = np.array(column(result, "first_token_time_s"), dtype=float)
+    assert (status == "completed").sum() == result.summary["completed"] > 0
+    assert np.all(done[status == "completed"] < horizon)
+    assert np.all(np.isnan(done[status != "completed"]))
+    assert np.all(first[~np.isnan(first)] < horizon)
+    assert (status == "unfinished").sum() > 0
+    # every request was routed, even those still waiting in the frontend
+    assert set(column(result, "replica_id")) == {0}
 
 
 def test_completed_requests_get_their_last_token_time():
@@ -112,6 +118,9 @@ def test_a_saturated_frontend_caps_throughput_at_one_token_per_token_s():
     assert len(done) == 640 and result.summary["completed"] == 640
     # every token streamed, over the whole run (the host idles only during the first step)
     assert 640 * 50 / done.max() == pytest.approx(10_000, rel=0.01)
+    # the summary's throughput counts until the last token reaches its client
+    assert result.summary["throughput"]["output_tokens_per_s"] == pytest.approx(
+        640 * 50 / done.max())
     # without the frontend the same loop runs at the GPU's pace, more than twice as fast
     free = simulate(compose_config([
         "fleet.replicas=1", "step_time=constant", "step_time.seconds=0.001",

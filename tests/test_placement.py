@@ -72,7 +72,7 @@ def test_colocated_models_take_turns_on_each_gpu():
 
 def test_colocated_models_share_one_frontend_per_gpu():
     # Both models' tokens go through the replica's one host queue: with 1 ms per token the
-    # queue is the bottleneck, so clients see tokens late, and never before the engine made them.
+    # queue is the bottleneck, so clients see tokens late.
     base = simulate(compose("placement=colocated", "fleet.replicas=1", *TINY))
     slow = simulate(compose("placement=colocated", "fleet.replicas=1", "frontend.token_s=0.001",
                             *TINY))

@@ -165,6 +165,14 @@ FAST_FORWARD_CASES = {
         *TINY_KV, "sim.progress=false"],
     "frontend_poisson_horizon": [*RANDOM, "workload.qps=20", "frontend.token_s=0.0002",
                                  "sim.horizon_s=3"],
+    # A backlog longer than a step while decode stretches run: arrivals mid-stretch must see
+    # the tokens of the stretch's steps that have already ended.
+    "frontend_backlog_during_stretches": [
+        "fleet.replicas=1", "workload=poisson", "workload.num_requests=200", "workload.qps=30",
+        "workload.prompt_tokens=64", "workload.output_tokens=64", "frontend.token_s=0.001",
+        "sim.progress=false"],
+    "frontend_backlog_two_replicas_tiny": [*RANDOM, "fleet.replicas=2", "workload.qps=40",
+                                           "frontend.token_s=0.0007", *TINY_KV],
     "frontend_ties_constant": [
         "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.01",
         "workload=closed_loop", "workload.concurrency=9", "workload.num_requests=90",

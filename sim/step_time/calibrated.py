@@ -1,9 +1,8 @@
 """A step time calibrated from measurements, with the shape of the physics.
 
     t = c0
-        + gemm(1) / tp                          weights read once (the GEMM curve's floor)
-        + (gemm(P + D) - gemm(1)) / s           GEMM work above that floor (measured curve)
-        + lm_head(D + [P > 0]) / tp             the vocabulary projection, last tokens only
+        + split(gemm, P + D)                    the layers' GEMMs (measured curve)
+        + split(lm_head, D + [P > 0])           the vocabulary projection, last tokens only
         + c_token·(P + D) / s                   per-token element-wise work (norms, SiLU, adds)
         + [P > 0]·c_prefill_step + (c_prefill_token·P + c_prefill_attn·Ap) / s
         + [D > 0]·c_decode_step + c_decode_seq·D / s + c_decode_attn·Ad / tp
@@ -11,7 +10,11 @@
                                                 each paying c_allreduce_latency (or, when 0,
                                                 the GPU catalog's interconnect latency)
 
+    split(f, n) = f(1) / tp + (f(n) - f(1)) / s  the curve's floor (every weight read once) split
+                                                over the tp GPUs, the work above it sped up by s
     s = tp ** tp_compute_exponent               the speed-up of per-token work on tp GPUs
+
+(``f(1)`` is the curve's first point: one token for the shipped profiles.)
 
 ``gemm`` and ``lm_head`` are piecewise-linear curves of step time against tokens, taken from
 measured GEMM kernels: flat while a step is memory-bound (every weight read once whatever the
@@ -129,6 +132,22 @@ def _curve(xs: list[float], ys: list[float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+class _SplitCurve:
+    """A measured TP-1 curve of time against tokens, run on ``tp`` GPUs: its floor (every
+    weight read once) divides by ``tp``, the work above the floor by ``speedup``."""
+
+    __slots__ = ("floor", "floor_per_gpu", "speedup", "xs", "ys")
+
+    def __init__(self, xs: list[float], ys: list[float], tp: int, speedup: float):
+        self.xs, self.ys = list(xs), list(ys)
+        self.floor = ys[0] if ys else 0.0
+        self.floor_per_gpu = self.floor / tp
+        self.speedup = speedup
+
+    def __call__(self, tokens: float) -> float:
+        return self.floor_per_gpu + (_curve(self.xs, self.ys, tokens) - self.floor) / self.speedup
+
+
 class CalibratedStepTime(StepTimeModel):
     def __init__(self, deployment: Deployment, backend: str = "vllm",
                  profile: str | None = None, allreduce_bytes_per_element: float = 2.0):
@@ -163,8 +182,6 @@ class CalibratedStepTime(StepTimeModel):
         c = {name: float(prof.coefficients.get(name, 0.0)) for name in COEFFICIENTS}
         tp = deployment.tp
         speedup = tp ** float(prof.coefficients.get(TP_EXPONENT, 1.0))
-        self._tp = tp
-        self._speedup = speedup
         self._c0 = c["c0"]
         self._c_token = c["c_token"] / speedup
         self._c_prefill_step = c["c_prefill_step"]
@@ -173,11 +190,8 @@ class CalibratedStepTime(StepTimeModel):
         self._c_decode_step = c["c_decode_step"]
         self._c_decode_seq = c["c_decode_seq"] / speedup
         self._c_decode_attn = c["c_decode_attn"] / tp
-        self._gemm = (list(prof.gemm_tokens), list(prof.gemm_s))
-        # the memory-bound floor: every weight read once, split over the tp GPUs
-        self._gemm_floor = prof.gemm_s[0] if prof.gemm_s else 0.0
-        self._gemm_floor_per_gpu = self._gemm_floor / tp
-        self._lm_head = (list(prof.lm_head_tokens), list(prof.lm_head_s))
+        self._gemm = _SplitCurve(prof.gemm_tokens, prof.gemm_s, tp, speedup)
+        self._lm_head = _SplitCurve(prof.lm_head_tokens, prof.lm_head_s, tp, speedup)
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
             model, gpu = deployment.model, deployment.gpu
@@ -191,16 +205,14 @@ class CalibratedStepTime(StepTimeModel):
 
     def step_time_s(self, num_prefill_tokens, num_decode_seqs, prefill_attn, decode_context):
         tokens = num_prefill_tokens + num_decode_seqs
-        t = (self._c0 + self._gemm_floor_per_gpu
-             + (_curve(*self._gemm, tokens) - self._gemm_floor) / self._speedup
-             + self._c_token * tokens
+        t = (self._c0 + self._gemm(tokens) + self._c_token * tokens
              + self._allreduce_per_token * tokens + self._allreduce_fixed)
         if num_prefill_tokens:
             t += (self._c_prefill_step + self._c_prefill_token * num_prefill_tokens
                   + self._c_prefill_attn * prefill_attn
-                  + _curve(*self._lm_head, num_decode_seqs + 1) / self._tp)
+                  + self._lm_head(num_decode_seqs + 1))
         elif num_decode_seqs:
-            t += _curve(*self._lm_head, num_decode_seqs) / self._tp
+            t += self._lm_head(num_decode_seqs)
         if num_decode_seqs:
             t += (self._c_decode_step + self._c_decode_seq * num_decode_seqs
                   + self._c_decode_attn * decode_context)
