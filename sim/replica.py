@@ -106,7 +106,6 @@ class Replica:
 
     def _accept(self, request: Request, scheduler: Scheduler, caller_priority: int) -> bool:
         """Queue ``request`` at ``scheduler``, or reject it (False) if it can never run."""
-        request.replica_id = self.replica_id
         if scheduler.rejection_reason(request) is not None:
             request.status = REJECTED
             self._forget(request)
