@@ -78,9 +78,6 @@ class Frontend:
         self._stretch = None
 
     @property
-    def in_stretch(self) -> bool:
-        return self._stretch is not None
-
-    @property
     def stretch_end_times(self):
-        return self._stretch[0]
+        """The end times of the decode stretch in progress; None between stretches."""
+        return None if self._stretch is None else self._stretch[0]

@@ -55,7 +55,8 @@ class Replica:
         self.on_request_done = on_request_done
         self.fast_forward_decode = fast_forward_decode
         self.frontend = Frontend(frontend_token_s) if frontend_token_s > 0 else None
-        # requests routed here, not yet ended: in the frontend's queue or at the scheduler
+        # requests routed here whose clients have not heard the end: waiting in the frontend,
+        # at the scheduler, or with tokens still to stream
         self.num_outstanding = 0
         self.committed_tokens = 0
         self._wakeup: simpy.Event | None = None
@@ -75,10 +76,10 @@ class Replica:
         self.committed_tokens += request.prompt_tokens + request.output_tokens
         frontend = self.frontend
         if frontend is not None:
-            if frontend.in_stretch:
+            end_times = frontend.stretch_end_times
+            if end_times is not None:
                 # the steps of a decode stretch that have ended by now have queued their tokens
-                frontend.catch_up(self._steps_ended(frontend.stretch_end_times,
-                                                    caller_priority))
+                frontend.catch_up(self._steps_ended(end_times, caller_priority))
             if frontend.busy_until > self.env.now:
                 timeout_at(self.env, frontend.busy_until).callbacks.append(
                     lambda _event: self._enter(request, ARRIVAL_PRIORITY))
