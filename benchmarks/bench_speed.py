@@ -26,8 +26,8 @@ import tempfile
 import time
 
 from sim import run as run_module
-from sim.cluster import Cluster
-from sim.config import REPO_ROOT, compose_config
+from sim.config.compose import compose_config
+from sim.fleet.cluster import Cluster
 
 SCENARIOS = {
     "a": ["model=llama2_7b", "hardware=a100_80g", "fleet.replicas=1", "scheduler=vllm",
@@ -68,7 +68,7 @@ def bench(name: str, overrides: list[str], repeat: int) -> float:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "sim", *overrides, f"output_dir={out}"],
-                           cwd=REPO_ROOT, check=True, capture_output=True)
+                           cwd=out, check=True, capture_output=True)
             process_s = min(process_s, time.perf_counter() - t0)
     events = TimedCluster.last.num_events
     n_req = result.summary["num_requests"]

@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from sim.config import REPO_ROOT
 
 GRID = {
     "hardware": ["h100_sxm", "h200"],
@@ -47,7 +46,7 @@ def main() -> None:
         cmd = [sys.executable, "-m", "sim", "-m", *(f"{k}={','.join(v)}" for k, v in grid.items()),
                f"hydra.launcher.n_jobs={args.workers}", f"output_dir={out}"]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             sys.exit(f"sweep failed:\n{proc.stderr[-2000:]}")

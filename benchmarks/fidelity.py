@@ -60,12 +60,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.config import REPO_ROOT, compose_config
+from sim.config.compose import compose_config
+from sim.engine.step_time.profile import TP_EXPONENT, Profile, shipped_profile_dir
+from sim.resources import data_dir
 from sim.run import simulate
-from sim.step_time.calibrated import PROFILE_DIR, TP_EXPONENT, Profile
 
-RUNS = REPO_ROOT / "data" / "calibration" / "aic_measured_e2e_llama31_8b_h100_vs_aic.csv"
-PROFILE = PROFILE_DIR / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
+RUNS = data_dir() / "calibration" / "aic_measured_e2e_llama31_8b_h100_vs_aic.csv"
+PROFILE = shipped_profile_dir() / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
 
 
 @dataclass(frozen=True)

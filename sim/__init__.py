@@ -1,8 +1,16 @@
 """Fleetcast: a discrete-event simulator of LLM serving fleets.
 
-The data flows one way: workload -> router -> replica (scheduler <-> KV cache) -> step-time
-model -> metric rows -> Parquet. ``sim.run.simulate`` runs one configuration; ``sim.cli`` is
-the ``fleetcast`` command.
+The data flows one way, and the packages follow it::
+
+    workload -> fleet (router -> replica) -> engine (scheduler <-> KV cache -> step time)
+             -> output (rows -> Parquet, summary, cost) -> sweeps (many runs as a dataset)
+
+``config`` composes and checks what a run is given, ``catalog`` describes what is deployed, and
+``calibration`` fits step-time profiles offline. At the top: ``run`` (one simulation from a config,
+the composition root), ``cli`` (the ``fleetcast`` command), and the basics every package may
+import: ``errors``, ``rng``, ``resources`` (where shipped configs and data are) and
+``arrow_numpy``. Room is left for ``planning`` (capacity plans, driving runs through ``run``)
+and ``reports`` (reading run, sweep and plan folders only).
 """
 
 __version__ = "0.1.0"

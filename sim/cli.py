@@ -18,8 +18,9 @@ import os
 import sys
 from pathlib import Path
 
-from sim.config import CONFIG_DIR, check_overrides
+from sim.config.compose import check_overrides
 from sim.errors import ConfigError, require
+from sim.resources import config_dir
 
 COMMANDS = ("run", "memory", "collect", "calibrate", "profile")
 USAGE = __doc__
@@ -48,9 +49,9 @@ def _run_task(cfg) -> None:
 
 
 def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
-    from sim.report import format_summary
-    from sim.run import simulate, write_run
-    from sim.run_files import SUMMARY_FILE
+    from sim.output.run_files import SUMMARY_FILE, write_run
+    from sim.output.summary_table import format_summary
+    from sim.run import simulate
 
     # A failed run must not leave an older run's summary looking like its own.
     (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
@@ -62,10 +63,11 @@ def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
 def _sweep_job(cfg, job_dir: Path, choices: dict) -> None:
     """One job of a sweep: skipped when its folder already holds this exact run (resume); a
     bad configuration is recorded in error.txt and does not stop the other jobs."""
-    from sim.run_files import ERROR_FILE
-    from sim.sweep import job_status, resolved
+    from sim.output.run_files import ERROR_FILE
+    from sim.config.compose import to_dict
+    from sim.sweeps.resume import job_status
 
-    if job_status(job_dir, resolved(cfg)) == "complete":
+    if job_status(job_dir, to_dict(cfg)) == "complete":
         print(f"{job_dir}: complete, skipped")
         return
     for stale in job_dir.glob(".*.partial"):  # left by a job killed while writing
@@ -100,9 +102,9 @@ def _hydra_dirs(argv: list[str]) -> list[str]:
 
 
 def _memory(overrides: list[str]) -> None:
-    from sim.config import compose_config
-    from sim.memory import format_plan
-    from sim.run import build_deployment
+    from sim.config.compose import compose_config
+    from sim.catalog.memory import format_plan
+    from sim.catalog.deployment import build_deployment
 
     cfg = compose_config(overrides)
     try:
@@ -131,15 +133,15 @@ def main(argv: list[str] | None = None) -> None:
         return
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     if command == "collect":
-        from sim.collect import main as collect_main
+        from sim.sweeps.collect import main as collect_main
 
         sys.exit(collect_main(argv))
     if command == "calibrate":
-        from sim.calibrate import main as calibrate_main
+        from sim.calibration.calibrate import main as calibrate_main
 
         sys.exit(calibrate_main(argv))
     if command == "profile":
-        from sim.profiler import main as profile_main
+        from sim.calibration.profiler import main as profile_main
 
         sys.exit(profile_main(argv))
     try:
@@ -152,4 +154,4 @@ def main(argv: list[str] | None = None) -> None:
     import hydra
 
     sys.argv = [sys.argv[0]] + argv + _hydra_dirs(argv)
-    hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")(_run_task)()
+    hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(_run_task)()

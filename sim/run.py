@@ -7,53 +7,25 @@ them. The same config and seed give byte-identical files.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from sim import params, rng
-from sim.cluster import Cluster
-from sim.config import build, to_dict
-from sim.cost import CostConfig
-from sim.deployment import Deployment
+from sim import rng
+from sim.config import params
+from sim.fleet.cluster import Cluster
+from sim.fleet.replica import Engine
+from sim.config.build import build
+from sim.config.compose import to_dict
+from sim.output.cost import CostConfig
 from sim.errors import require
-from sim.hardware import GPU
-from sim.kv_cache import KVCache
-from sim.memory import plan_memory
-from sim.model import ModelSpec
-from sim.placement import build_placement
-from sim.results import Slo, requests_table, steps_table, summarize, to_json
-from sim.run_files import CONFIG_FILE, REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE
+from sim.engine.kv_cache import KVCache
+from sim.catalog.placement import build_placement
+from sim.output.run_files import RunResult
+from sim.output.results import Slo, requests_table, steps_table, summarize
 from sim.workload.source import build_workload
-
-
-@dataclass
-class RunResult:
-    requests: pa.Table
-    steps: pa.Table
-    summary: dict
-    config: dict
-
-
-def build_deployment(cfg: Mapping) -> Deployment:
-    """Model, GPU, precisions, TP and the memory plan of one replica."""
-    model = ModelSpec.from_config(cfg["model"])
-    gpu = GPU.from_config(cfg["hardware"])
-    tp = params.integer(cfg["fleet"], "tp", required=True, ge=1, prefix="fleet")
-    precision, memory, kv = cfg["precision"], cfg["memory"], cfg["kv"]
-    plan = plan_memory(model, gpu, weights_precision=precision["weights"],
-                       kv_precision=precision["kv"], tp=tp,
-                       gpu_memory_utilization=memory["gpu_memory_utilization"],
-                       activation_reserve_gib=memory["activation_reserve_gib"],
-                       block_size=kv["block_size"], num_blocks=kv.get("num_blocks"))
-    return Deployment(model, gpu, precision["weights"], precision["kv"], tp, plan)
 
 
 def _progress_callback(cfg: Mapping, total: int):
@@ -80,7 +52,7 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
     cfg = to_dict(cfg)
     seed = params.integer(cfg, "seed", default=0, ge=0, prefix="")
     num_replicas = params.integer(cfg["fleet"], "replicas", required=True, ge=1, prefix="fleet")
-    placement = build_placement(cfg, num_replicas, build_deployment)
+    placement = build_placement(cfg, num_replicas)
     deployment = placement.deployments[0]
     kv_cfg = cfg["kv"]
     step_times = [build(cfg["step_time"], "step_time", deployment=d)
@@ -102,7 +74,7 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
                      max_model_len=placement.deployments[model_id].model.max_context_tokens)
 
     make_scheduler(0)  # validate the scheduler options before anything runs
-    replica_engines = [[(m, make_scheduler(m), step_times[m]) for m in models]
+    replica_engines = [[Engine(m, make_scheduler(m), step_times[m]) for m in models]
                        for models in placement.replica_models]
     on_done, bar = _progress_callback(cfg, workload.num_requests)
     cluster = Cluster(workload, replica_engines, router,
@@ -116,7 +88,8 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
         if bar is not None:
             bar.close()
     requests = requests_table(cluster.requests)
-    steps = steps_table([replica.recorders for replica in cluster.replicas])
+    steps = steps_table([[(engine.model_id, engine.steps) for engine in replica.engines]
+                         for replica in cluster.replicas])
     summary = summarize(requests, steps, slo=slo, num_gpus=num_replicas * deployment.tp,
                         num_replicas=num_replicas,
                         kv_capacity_tokens=[d.memory.kv_capacity_tokens
@@ -124,30 +97,3 @@ def simulate(cfg: DictConfig | Mapping) -> RunResult:
                         kv_num_blocks=[d.memory.num_blocks for d in placement.deployments],
                         gpu=deployment.gpu, cost=cost)
     return RunResult(requests, steps, summary, cfg)
-
-
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: a reader never sees a
-    half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_run(result: RunResult, output_dir: str | Path) -> Path:
-    """Write the run's four files. ``summary.json`` goes last: its presence marks a finished
-    run, and a run that fails before it leaves no summary."""
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY_FILE).unlink(missing_ok=True)  # an older run's summary must not linger
-    _atomic_write(out / CONFIG_FILE,
-                  lambda p: Path(p).write_text(OmegaConf.to_yaml(OmegaConf.create(result.config))))
-    _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
-    _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
-    _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
-    return out

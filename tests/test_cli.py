@@ -4,30 +4,25 @@ Each case is a real subprocess (about a second each), so the cases are few.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from sim.config import REPO_ROOT
+from tests.support import fleetcast
 
 FILES = ["requests.parquet", "steps.parquet", "summary.json", "config.yaml"]
 
 
-def fleetcast(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 def test_default_run_writes_the_four_files_and_prints_a_summary(tmp_path):
     out = tmp_path / "run"
-    proc = fleetcast(f"output_dir={out}")  # the default config: finishes in seconds
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    proc = fleetcast(f"output_dir={out}", cwd=cwd)  # the default config: finishes in seconds
     assert proc.returncode == 0, proc.stderr
-    # the run's files, plus Hydra's record of the run (.hydra/, cli.log) in the same folder
+    # the run's files, plus Hydra's record of the run (.hydra/, cli.log) in the same folder,
+    # and nothing in the current directory (no outputs/DATE/TIME beside it)
     assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, ".hydra", "cli.log"])
-    assert not (REPO_ROOT / "outputs").exists() or not any(
-        str(out) in p.read_text() for p in (REPO_ROOT / "outputs").rglob("overrides.yaml"))
+    assert list(cwd.iterdir()) == []
     assert "TTFT" in proc.stdout and str(out) in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["completed"] > 0
@@ -61,7 +56,7 @@ def test_bad_input_fails_in_one_line_and_leaves_no_summary(
         tmp_path, csv_without_output_tokens, overrides, field, value):
     out = tmp_path / "run"
     args = [o.format(csv=csv_without_output_tokens) for o in overrides]
-    proc = fleetcast(*args, f"output_dir={out}")
+    proc = fleetcast(*args, f"output_dir={out}", cwd=tmp_path)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -69,16 +64,16 @@ def test_bad_input_fails_in_one_line_and_leaves_no_summary(
     assert not (out / "summary.json").exists()
 
 
-def test_memory_prints_the_plan():
-    proc = fleetcast("memory", "model=llama31_8b", "hardware=h100_sxm")
+def test_memory_prints_the_plan(tmp_path):
+    proc = fleetcast("memory", "model=llama31_8b", "hardware=h100_sxm", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Llama-3.1-8B on H100-SXM" in proc.stdout
     assert "25,650" in proc.stdout  # KV blocks of 16 tokens (see test_memory.py)
     assert "128.0 KiB" in proc.stdout
 
 
-def test_memory_refuses_a_model_that_does_not_fit():
-    proc = fleetcast("memory", "model=llama31_70b", "hardware=h100_sxm")
+def test_memory_refuses_a_model_that_does_not_fit(tmp_path):
+    proc = fleetcast("memory", "model=llama31_70b", "hardware=h100_sxm", cwd=tmp_path)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -89,7 +84,8 @@ def test_memory_refuses_a_model_that_does_not_fit():
 
 def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
     out = tmp_path / "sweep"
-    proc = fleetcast("-m", "fleet.replicas=1,2", f"output_dir={out}", "workload.duration_s=10")
+    proc = fleetcast("-m", "fleet.replicas=1,2", f"output_dir={out}", "workload.duration_s=10",
+                     cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summaries = [json.loads((out / str(job) / "summary.json").read_text()) for job in (0, 1)]
     assert [s["num_gpus"] for s in summaries] == [1, 2]

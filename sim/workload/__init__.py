@@ -1,4 +1,13 @@
-"""Workload generation: when requests arrive and how long they are (see ``source.py``)."""
+"""The traffic: when requests arrive and how long they are.
+
+- ``source``: the ``Workload`` a run replays, built from the ``workload`` config;
+- ``arrivals``: open-loop arrival processes (Poisson, gamma, constant, daily);
+- ``lengths``: prompt and output length distributions;
+- ``traces``: replaying recorded traces (Parquet or CSV), windows and rate scaling.
+
+May import: ``sim.errors``, ``sim.rng``, ``sim.resources``, ``sim.config``,
+``sim.arrow_numpy``. A workload knows nothing of the fleet that serves it.
+"""
 
 from sim.workload.source import Workload, build_workload
 

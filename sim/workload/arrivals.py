@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim import params
+from sim.config import params
 from sim.errors import ConfigError
 
 SECONDS_PER_HOUR = 3600.0

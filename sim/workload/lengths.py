@@ -30,9 +30,10 @@ from typing import Protocol
 
 import numpy as np
 
-from sim import params
+from sim.config import params
 from sim.errors import ConfigError
-from sim.workload.traces import read_columns, resolve_path
+from sim.resources import resolve_path
+from sim.workload.traces import read_columns
 
 
 class LengthDist(Protocol):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim import params
+from sim.config import params
 from sim.errors import ConfigError
 from sim.rng import stream
 from sim.workload import arrivals, lengths, traces

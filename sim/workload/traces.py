@@ -37,37 +37,13 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-import sim
-from sim import params
+from sim.config import params
+from sim.resources import resolve_path
 from sim.arrow_numpy import column_to_numpy
 from sim.errors import ConfigError
 from sim.rng import stream
 
 TRACE_COLUMNS = ("arrival_time_s", "prompt_tokens", "output_tokens")
-
-
-def repo_root() -> Path:
-    """The directory holding ``configs/`` and ``data/`` (the parent of the ``sim`` package)."""
-    return Path(sim.__file__).resolve().parents[1]
-
-
-def resolve_path(path: object, field: str = "workload.path") -> Path:
-    """Find a data file: absolute as given; relative against the cwd first, then the repo root.
-
-    The repo-root fallback lets shipped configs say ``data/traces/...`` and still work when a
-    run is launched from another directory.
-    """
-    if not isinstance(path, (str, Path)) or str(path) == "":
-        raise ConfigError(field, path, "required: a Parquet or CSV file")
-    candidate = Path(path).expanduser()
-    if candidate.is_absolute():
-        if candidate.is_file():
-            return candidate
-    else:
-        for base in (Path.cwd(), repo_root()):
-            if (base / candidate).is_file():
-                return base / candidate
-    raise ConfigError(field, str(path), "file not found")
 
 
 def read_columns(

@@ -1,0 +1,6 @@
+"""Fleetcast's Hydra configs, one folder per swappable concern (the README lists them).
+
+Nothing here is Python: this file makes the folder travel inside the package as ``sim.configs``
+(pyproject.toml maps it), so an installed Fleetcast finds its configs without a checkout
+(``sim.resources.config_dir``).
+"""

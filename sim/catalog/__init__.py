@@ -1,0 +1,11 @@
+"""What is deployed: GPUs and models from their datasheets, and how a replica uses the memory.
+
+- ``hardware``: the GPU catalog (memory, bandwidth, FLOP/s per precision, interconnect, price);
+- ``model``: the model catalog (parameters, layers, heads, KV bytes per token, experts);
+- ``memory``: one GPU's memory split into weights, a reserve and KV blocks;
+- ``deployment``: one replica (model, GPU, precisions, TP, memory plan) built from the config;
+- ``placement``: which models a fleet serves and which replicas serve each.
+
+May import: ``sim.errors``, ``sim.rng``, ``sim.config``. Add a GPU or a model as a YAML file in
+``configs/hardware/`` or ``configs/model/``; no code changes.
+"""

@@ -1,0 +1,168 @@
+"""The memory plan: how one GPU's memory splits into weights, a runtime reserve and KV blocks.
+
+Every serving number starts here: the KV cache left after the weights bounds how many requests
+run at once, which bounds batch size, throughput and cost. Per GPU of a ``tp``-way
+tensor-parallel replica::
+
+    +------------------------------ memory_bytes ------------------------------+
+    |<------------- usable = memory * gpu_memory_utilization ------------>|    |
+    | weights / tp | reserve (activations, graphs, NCCL) | KV free        |    |
+                                                          \\_ num_blocks x block_size tokens
+                                                             x kv_bytes_per_token_per_gpu
+
+``num_blocks = floor(kv_free / (block_size * kv_bytes_per_token_per_gpu))``, unless the
+``kv.num_blocks`` override fixes it. Every GPU of a replica holds the same number of blocks (each
+holds its share of every token's KV heads), so ``kv_capacity_tokens`` is also the replica's.
+
+Left out on purpose: measuring the reserve (vLLM profiles a dummy forward pass; here it is a
+config field), memory for the sampler, LoRA or the vision encoder, pipeline parallelism, KV
+offload to host memory, and uneven weight splits (the embedding and LM head also shard by tp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.errors import ConfigError, require
+from sim.catalog.hardware import GPU
+from sim.catalog.model import ModelSpec, bytes_per_element
+from sim.config.params import check_integer, check_number
+
+_GIB = 2**30  # the reserve is configured in GiB, as vLLM and nvidia-smi report it
+_GB = 1e9  # the plan is printed in decimal GB, the unit of GPU datasheets
+_KIB = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Per-GPU memory budget of one replica; all byte figures are per GPU."""
+
+    tp: int
+    gpu_memory_bytes: float
+    usable_bytes: float
+    weight_bytes_per_gpu: float
+    reserve_bytes_per_gpu: float
+    kv_free_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    block_size: int
+    num_blocks: int
+    kv_capacity_tokens: int
+
+    def blocks_for(self, tokens: int) -> int:
+        """KV blocks a request of ``tokens`` tokens holds: ``ceil(tokens / block_size)``."""
+        return -(-tokens // self.block_size)
+
+    def requests_that_fit(self, tokens_per_request: int) -> int:
+        """How many requests of ``tokens_per_request`` tokens the KV cache holds at once."""
+        assert tokens_per_request >= 1, f"tokens_per_request={tokens_per_request} must be >= 1"
+        return self.num_blocks // self.blocks_for(tokens_per_request)
+
+
+def _check_tp(model: ModelSpec, tp: int) -> None:
+    """Tensor parallelism splits attention heads, so tp must divide them (as vLLM requires)."""
+    ok = isinstance(tp, int) and not isinstance(tp, bool)
+    require(ok and tp >= 1, "fleet.tp", tp, "must be an integer >= 1")
+    require(model.num_attention_heads % tp == 0, "fleet.tp", tp,
+            f"must divide {model.short_name}'s {model.num_attention_heads} attention heads")
+    # KV heads split when tp <= kv_heads and are replicated when tp > kv_heads.
+    kv = model.num_kv_heads
+    require(kv % tp == 0 if tp <= kv else tp % kv == 0, "fleet.tp", tp,
+            f"must divide or be a multiple of {model.short_name}'s {kv} KV heads")
+
+
+def plan_memory(
+    model: ModelSpec,
+    gpu: GPU,
+    *,
+    weights_precision: str,
+    kv_precision: str,
+    tp: int,
+    gpu_memory_utilization: float,
+    activation_reserve_gib: float,
+    block_size: int,
+    num_blocks: int | None = None,
+) -> MemoryPlan:
+    """Split one GPU's memory into weights, reserve and KV blocks; ConfigError if it cannot.
+
+    Raises ConfigError (one line, naming the field) for an unknown precision, a bad tp,
+    utilization, reserve, block size or num_blocks override, and (field ``hardware``) when the
+    weights do not fit or, without an override, leave no room for a single KV block. Whether the
+    GPU can *compute* at ``weights_precision`` is the step-time model's question
+    (``GPU.flops_per_s``): storage alone is planned here.
+    """
+    weight_bpe = bytes_per_element(weights_precision, "precision.weights")
+    kv_bpe = bytes_per_element(kv_precision, "precision.kv")
+    require(kv_precision != "fp4", "precision.kv", kv_precision,
+            "fp4 KV cache is not supported; choose one of bf16, fp16, fp8")
+    _check_tp(model, tp)
+    gpu_memory_utilization = check_number(gpu_memory_utilization,
+                                          "memory.gpu_memory_utilization", gt=0, le=1)
+    activation_reserve_gib = check_number(activation_reserve_gib, "memory.activation_reserve_gib",
+                                          ge=0)
+    block_size = check_integer(block_size, "kv.block_size", ge=1)
+    if num_blocks is not None:
+        num_blocks = check_integer(num_blocks, "kv.num_blocks", ge=1)
+
+    usable = gpu.memory_bytes * gpu_memory_utilization
+    weights_per_gpu = model.weight_bytes(weight_bpe) / tp
+    reserve = activation_reserve_gib * _GIB
+    kv_per_token = model.kv_bytes_per_token(kv_bpe, tp)
+
+    if weights_per_gpu > usable:
+        raise ConfigError(
+            "hardware", gpu.name,
+            f"{model.short_name} weights at {weights_precision} need {weights_per_gpu / _GB:.1f} GB "
+            f"per GPU with tp={tp} but only {usable / _GB:.1f} GB are usable; "
+            "raise fleet.tp or lower precision.weights",
+        )
+    kv_free = usable - weights_per_gpu - reserve
+    if num_blocks is None:
+        num_blocks = math.floor(max(kv_free, 0.0) / (block_size * kv_per_token))
+        if num_blocks < 1:
+            raise ConfigError(
+                "hardware", gpu.name,
+                f"{model.short_name} weights at {weights_precision} ({weights_per_gpu / _GB:.1f} GB "
+                f"per GPU with tp={tp}) plus the {activation_reserve_gib} GiB reserve leave "
+                f"{max(kv_free, 0.0) / _GB:.2f} GB of the {usable / _GB:.1f} GB usable, less than one "
+                "KV block; raise fleet.tp, lower precision.weights or memory.activation_reserve_gib",
+            )
+
+    return MemoryPlan(
+        tp=tp,
+        gpu_memory_bytes=gpu.memory_bytes,
+        usable_bytes=usable,
+        weight_bytes_per_gpu=weights_per_gpu,
+        reserve_bytes_per_gpu=reserve,
+        kv_free_bytes_per_gpu=kv_free,
+        kv_bytes_per_token_per_gpu=kv_per_token,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        kv_capacity_tokens=num_blocks * block_size,
+    )
+
+
+def format_plan(
+    plan: MemoryPlan,
+    model: ModelSpec,
+    gpu: GPU,
+    weights_precision: str,
+    kv_precision: str,
+    request_tokens: list[int],
+) -> str:
+    """A readable table of the plan, per GPU. GB = 1e9 bytes; KiB = 1024 bytes."""
+    rows: list[tuple[str, str]] = [
+        ("GPU memory", f"{plan.gpu_memory_bytes / _GB:,.1f} GB"),
+        ("usable (x utilization)", f"{plan.usable_bytes / _GB:,.1f} GB"),
+        (f"weights per GPU ({weights_precision}, tp={plan.tp})", f"{plan.weight_bytes_per_gpu / _GB:,.2f} GB"),
+        ("activation/runtime reserve", f"{plan.reserve_bytes_per_gpu / _GB:,.2f} GB"),
+        ("KV free", f"{plan.kv_free_bytes_per_gpu / _GB:,.2f} GB"),
+        (f"KV bytes per token ({kv_precision})", f"{plan.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB"),
+        (f"KV blocks ({plan.block_size} tokens each)", f"{plan.num_blocks:,}"),
+        ("KV tokens", f"{plan.kv_capacity_tokens:,}"),
+    ]
+    for tokens in request_tokens:
+        rows.append((f"requests of {tokens:,} tokens that fit at once", f"{plan.requests_that_fit(tokens):,}"))
+    title = f"Memory plan: {model.short_name} on {gpu.name} (per GPU; GB = 1e9 bytes, KiB = 1024 bytes)"
+    width = max(len(label) for label, _ in rows)
+    return "\n".join([title, *(f"  {label:<{width}}  {value:>14}" for label, value in rows)])

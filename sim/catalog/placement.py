@@ -1,0 +1,106 @@
+"""Which models a fleet serves, and which replicas serve each.
+
+- ``single``: every replica serves the one model (the usual case).
+- ``colocated``: two models on every GPU. Both sets of weights stay resident, so the KV memory
+  left is smaller, and it is split between the models (``kv_share`` to the second). Each model
+  has its own KV pool and scheduler, and their engine steps take turns on the GPU.
+- ``dedicated``: two models on separate replicas, ``second_model_replicas`` of them for the
+  second model: the baseline colocation is compared against.
+
+A request asks for the second model with probability ``traffic_share`` (stream
+``placement.model``); both models see the workload's length distribution.
+
+Left out: running the two models' kernels concurrently (MPS/MIG), and sharing KV blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+
+from sim import rng
+from sim.config import params
+from sim.config.compose import load_option
+from sim.catalog.deployment import Deployment, build_deployment
+from sim.errors import ConfigError, require
+from sim.catalog.memory import plan_memory
+
+MODES = ("single", "colocated", "dedicated")
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Placement:
+    mode: str
+    deployments: tuple[Deployment, ...]
+    """One per model; the index is the request's ``model_id``."""
+    replica_models: tuple[tuple[int, ...], ...]
+    """For each replica, the models it serves."""
+    traffic_shares: tuple[float, ...]
+
+    def model_ids(self, num_requests: int, seed: int) -> np.ndarray:
+        """Which model each request asks for."""
+        if len(self.deployments) == 1:
+            return np.zeros(num_requests, dtype=np.int64)
+        draws = rng.stream(seed, "placement.model").random(num_requests)
+        return (draws < self.traffic_shares[1]).astype(np.int64)
+
+
+def build_placement(cfg: Mapping, num_replicas: int) -> Placement:
+    """The placement the ``placement`` config asks for, over ``num_replicas`` replicas."""
+    node = cfg.get("placement") or {"mode": "single"}
+    mode = params.choice(node, "mode", list(MODES), prefix="placement")
+    first = build_deployment(cfg)
+    if mode == "single":
+        return Placement(mode, (first,), ((0,),) * num_replicas, (1.0,))
+    second_model = load_option("model", node.get("second_model"), "placement.second_model")
+    share = params.number(node, "traffic_share", required=True, ge=0, le=1, prefix="placement")
+    second_cfg = {**cfg, "model": second_model}
+    shares = (1.0 - share, share)
+    if mode == "dedicated":
+        second_replicas = params.integer(node, "second_model_replicas", ge=1,
+                                         prefix="placement")
+        require(num_replicas >= 2, "fleet.replicas", num_replicas,
+                "placement=dedicated needs at least one replica per model")
+        if second_replicas is None:  # in proportion to the traffic, at least one each
+            second_replicas = min(max(1, round(num_replicas * share)), num_replicas - 1)
+        require(second_replicas < num_replicas, "placement.second_model_replicas",
+                second_replicas, f"must leave replicas for the first model (fleet.replicas="
+                                 f"{num_replicas})")
+        first_replicas = num_replicas - second_replicas
+        models = ((0,),) * first_replicas + ((1,),) * second_replicas
+        return Placement(mode, (first, build_deployment(second_cfg)), models, shares)
+    kv_share = params.number(node, "kv_share", required=True, gt=0, le=1, prefix="placement")
+    require(kv_share < 1, "placement.kv_share", kv_share, "must leave KV memory for the first "
+                                                          "model (< 1)")
+    second = build_deployment(second_cfg)
+    both = (_share_gpu(first, second, 1.0 - kv_share, cfg),
+            _share_gpu(second, first, kv_share, cfg))
+    return Placement(mode, both, ((0, 1),) * num_replicas, shares)
+
+
+def _share_gpu(own: Deployment, other: Deployment, kv_share: float, cfg: Mapping) -> Deployment:
+    """``own``'s memory plan when ``other``'s weights are also resident and ``own`` gets
+    ``kv_share`` of the KV memory left."""
+    memory, kv = cfg["memory"], cfg["kv"]
+    plan_args = dict(weights_precision=own.weights_precision, kv_precision=own.kv_precision,
+                     tp=own.tp, gpu_memory_utilization=memory["gpu_memory_utilization"],
+                     block_size=kv["block_size"])
+    # The other model's weights, and its engine's own runtime reserve (activations, CUDA
+    # graphs), are memory this model cannot use.
+    reserve_gib = (2 * memory["activation_reserve_gib"]
+                   + other.memory.weight_bytes_per_gpu / GIB)
+    try:
+        plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib, **plan_args)
+    except ConfigError as err:
+        raise ConfigError("placement.second_model", other.model.name,
+                          f"both models do not fit on one {own.gpu.name}: {err.reason}") from None
+    num_blocks = math.floor(plan.kv_free_bytes_per_gpu * kv_share
+                            / (plan.block_size * plan.kv_bytes_per_token_per_gpu))
+    require(num_blocks >= 1, "placement.kv_share", kv_share, "leaves no KV block to a model")
+    plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib,
+                       num_blocks=num_blocks, **plan_args)
+    return replace(own, memory=plan)

@@ -1,0 +1,101 @@
+"""Composing configs outside a Hydra run, and checking command-line overrides before Hydra does.
+
+Configs live in ``configs/`` (package data, ``sim.resources.config_dir``), one folder per
+swappable concern (GUIDE section 4). ``compose_config`` gives the resolved config the ``memory``,
+``calibrate`` and ``plan`` commands and the benchmarks need; ``check_overrides`` refuses an
+unknown group option or key in one line, before Hydra would in several.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from sim.errors import ConfigError
+from sim.resources import config_dir
+
+
+def to_dict(cfg: DictConfig | Mapping) -> dict:
+    """A plain, resolved dict of a config (or a copy of a mapping)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return dict(cfg)
+
+
+def compose_config(overrides: list[str]) -> dict:
+    """The resolved config of ``configs/`` with ``overrides``, outside a Hydra run (the
+    ``memory`` and ``calibrate`` commands, benchmarks)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return to_dict(compose("config", overrides=list(overrides)))
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the YAML files in ``configs/<group>/``."""
+    return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+
+
+def load_option(group: str, name: object, field: str) -> dict:
+    """The plain config of option ``name`` of ``group`` (``configs/<group>/<name>.yaml``), or a
+    ConfigError naming ``field`` and listing the options."""
+    options = group_options(group)
+    if name not in options:
+        raise ConfigError(field, name, f"unknown {group}; choose one of {', '.join(options)}")
+    return to_dict(OmegaConf.load(config_dir() / group / f"{name}.yaml"))
+
+
+def _default_options() -> dict[str, str]:
+    """The option each config group takes when the command line does not choose one."""
+    defaults = OmegaConf.load(config_dir() / "config.yaml").get("defaults", [])
+    return {k: v for entry in defaults if isinstance(entry, DictConfig) for k, v in entry.items()}
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Refuse, in one line, overrides that name an unknown group option or an unknown key.
+
+    Hydra would refuse them too, but in several lines; this catches them first by reading the
+    YAML files the overrides select. ``+key=value`` (adding a key) is left to the builders.
+    """
+    options = _default_options()
+    plain = []
+    extra = OmegaConf.create()  # keys that selected experiments add
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if key.lstrip("+") == "experiment" and sep:
+            for name in value.split(","):
+                if name not in group_options("experiment"):
+                    raise ConfigError("experiment", name, "unknown experiment; choose one of "
+                                      + ", ".join(group_options("experiment")))
+            body = OmegaConf.load(config_dir() / "experiment" / f"{value.split(',')[0]}.yaml")
+            for entry in body.pop("defaults", []):
+                for k, v in (entry.items() if isinstance(entry, DictConfig) else ()):
+                    options[k.removeprefix("override ").lstrip("/")] = v
+            extra = OmegaConf.merge(extra, body)
+            continue
+        if not sep or key.startswith(("+", "~", "hydra")):
+            continue
+        if (config_dir() / key).is_dir():
+            for option in value.split(","):  # a multirun sweeps comma-separated options
+                if option not in group_options(key):
+                    raise ConfigError(key, option, "unknown option; choose one of "
+                                      + ", ".join(group_options(key)))
+            options[key] = value.split(",")[0]
+        else:
+            plain.append((key, value))
+    top = OmegaConf.load(config_dir() / "config.yaml")
+    for key, value in plain:
+        group, _, rest = key.partition(".")
+        if group in options and rest:
+            node = OmegaConf.load(config_dir() / group / f"{options[group]}.yaml")
+            path = rest
+        else:
+            node, path = top, key
+        if (OmegaConf.select(node, path, default=_MISSING) is _MISSING
+                and OmegaConf.select(extra, key, default=_MISSING) is _MISSING):
+            where = f"{group}={options[group]}" if group in options else "config.yaml"
+            raise ConfigError(key, value, f"unknown key in {where} (use +{key}=... to add one)")
+
+
+_MISSING = object()

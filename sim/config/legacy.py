@@ -1,0 +1,60 @@
+"""Names older Fleetcast versions wrote into a run's config.yaml, and what they are called now.
+
+A run folder's ``config.yaml`` is the resolved config of its run, and two things in it name code
+or files by location: every policy's ``_target_`` (``sim.scheduler.vllm.VLLMScheduler`` before
+the package was split into ``sim/engine``, ``sim/fleet``, ...), and the shipped traces (``path:
+data/traces/...`` before they became package data, ``shipped:traces/...``). Run folders written
+then must keep working: a resumed sweep must recognise its finished jobs, ``fleetcast collect``
+must not see a changed ``_target_`` as a swept key, and an old config must still build. So every
+comparison of configs and every ``_target_`` lookup goes through ``canonical_config`` /
+``canonical_target`` first. Nothing here rewrites files on disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.resources import SHIPPED_PREFIX
+
+# Old module prefix -> new one (the class names did not change).
+TARGET_PREFIXES = {
+    "sim.scheduler.": "sim.engine.scheduler.",
+    "sim.step_time.": "sim.engine.step_time.",
+    "sim.router.": "sim.fleet.router.",
+    "sim.sweep.": "sim.sweeps.monitor.",
+}
+# Shipped files as configs named them, relative to the repository root.
+LEGACY_DATA_PREFIX = "data/"
+LEGACY_SHIPPED_FOLDERS = ("traces/", "profiles/", "calibration/")
+
+
+def canonical_target(target: str) -> str:
+    """The current ``_target_`` for a (possibly older) one."""
+    for old, new in TARGET_PREFIXES.items():
+        if target.startswith(old):
+            return new + target.removeprefix(old)
+    return target
+
+
+def _canonical_path(value: str) -> str:
+    rest = value.removeprefix(LEGACY_DATA_PREFIX)
+    if value.startswith(LEGACY_DATA_PREFIX) and rest.startswith(LEGACY_SHIPPED_FOLDERS):
+        return SHIPPED_PREFIX + rest
+    return value
+
+
+def canonical_config(node: Any) -> Any:
+    """A copy of a plain config (dicts, lists, scalars) with older spellings made current."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            if key == "_target_" and isinstance(value, str):
+                out[key] = canonical_target(value)
+            elif key == "path" and isinstance(value, str):
+                out[key] = _canonical_path(value)
+            else:
+                out[key] = canonical_config(value)
+        return out
+    if isinstance(node, list):
+        return [canonical_config(v) for v in node]
+    return node

@@ -1,0 +1,82 @@
+"""A request and its progress through a replica.
+
+There is no prefill phase nor decode phase in the bookkeeping (vLLM v1's central idea): a request
+has ``num_tokens`` known tokens (its prompt plus every output token generated so far) and
+``num_computed_tokens`` of them have their KV in the cache. A step assigns a request some tokens
+to compute; when the computed tokens catch up with the known tokens, the model samples one new
+output token. Prefill is "many tokens to catch up", decode is "one token to catch up", and a
+request preempted by recompute simply drops back to zero computed tokens.
+
+A recomputed request prefills every token but its last generated one, then decodes that one to
+sample the next. That is the same work as vLLM's recompute (which prefills them all and samples
+from the prefill), split so that every output token after the first comes from a decode step,
+which keeps a step's ``num_decode_tokens`` equal to the output tokens it produced after the
+first ones.
+
+A scheduler advances a request and reports which requests sampled their first token and which
+finished; it never writes the times a client sees. The replica (or its frontend, which streams
+tokens later) stamps ``first_token_time_s`` and ``completion_time_s``, once each.
+
+What it leaves out: prefix sharing between requests, speculative decoding, and the content of
+the tokens (only counts matter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WAITING = "waiting"
+RUNNING = "running"
+COMPLETED = "completed"
+REJECTED = "rejected"
+UNFINISHED = "unfinished"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One inference request. Identity is the object (``eq=False``) so requests hash fast."""
+
+    request_id: int
+    arrival_time_s: float
+    prompt_tokens: int
+    output_tokens: int
+    replica_id: int | None = None
+    """The replica the router sent the request to (None until routed)."""
+    model_id: int = 0
+    """Which of the fleet's models the request asks for (see ``sim.catalog.placement``)."""
+    status: str = WAITING
+    num_generated: int = 0
+    """Output tokens sampled so far (the first one comes from the step that ends the prefill)."""
+    num_computed_tokens: int = 0
+    """Tokens whose KV is in the replica's cache."""
+    kv_slots: int = 0
+    """Tokens the KV blocks this request holds can take (blocks x block size). The KV cache
+    owns the blocks and keeps this mirror of their count, so that the hottest check of a
+    scheduler ("room for one more token?") is an attribute read, not a call."""
+    first_scheduled_time_s: float | None = None
+    """When the request first got tokens in a step (the end of its queueing delay)."""
+    first_token_time_s: float | None = None
+    """When the client received the first output token (stamped once, by the replica or its
+    frontend; None if it never did before the horizon)."""
+    completion_time_s: float | None = None
+    """When the client received the last output token (stamped like ``first_token_time_s``)."""
+    num_preemptions: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens known so far: the prompt and every output token generated."""
+        return self.prompt_tokens + self.num_generated
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """Tokens the next step should compute for this request: the rest of the prompt, one
+        token for a decode, or (after a preemption) the tokens before the last generated one."""
+        missing = self.prompt_tokens + self.num_generated - self.num_computed_tokens
+        if self.num_generated and missing > 1:
+            return missing - 1  # recompute up to, not including, the last generated token
+        return missing
+
+    @property
+    def is_decoding(self) -> bool:
+        """True when one computed token away from the next output token, after the first."""
+        return self.num_generated > 0 and self.num_computed_tokens == self.num_tokens - 1

@@ -1,0 +1,188 @@
+"""What every replica scheduler shares: queues, step completion, preemption, rejection.
+
+A scheduler owns a ``waiting`` queue (FIFO, preempted requests go back to its front) and a
+``running`` list in admission order. Subclasses implement ``schedule() -> StepPlan`` (the
+policy); everything that follows from a plan (tokens computed, tokens sampled, requests
+finishing and releasing KV) lives here, once. Block accounting belongs to ``KVCache``; a
+scheduler only asks it. A scheduler has no clock: it reports which requests sampled their first
+token and which finished (``on_step_end``), and the replica stamps the times clients see.
+
+Preemption is by recompute, as vLLM does by default: the victim (the most recently admitted
+running request) drops its KV and returns to the front of the waiting queue; when it runs again
+it prefills its prompt and the output tokens it had already produced.
+
+Decode stretches. Between arrivals a replica often runs many identical pure-decode steps. A
+scheduler can promise how many (``decode_stretch_limit``), and the replica then executes them as
+one event (``advance_decodes``) with results identical to stepping one by one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from sim.errors import require
+from sim.engine.kv_cache import KVCache
+from sim.engine.request import COMPLETED, RUNNING, WAITING, Request
+from sim.engine.scheduler.plan import StepPlan
+
+
+class Scheduler:
+    """Base class. ``max_num_seqs`` caps running requests, ``max_num_batched_tokens`` the
+    tokens computed in one step."""
+
+    # Whether a prompt may be split across steps; subclasses with chunking set it per instance.
+    chunked_prefill = False
+    # Whether running requests can be preempted (and so recomputed later).
+    may_preempt = True
+
+    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 max_model_len: int | None = None):
+        require(max_num_seqs >= 1, "scheduler.max_num_seqs", max_num_seqs, "must be >= 1")
+        require(max_num_batched_tokens >= 1, "scheduler.max_num_batched_tokens",
+                max_num_batched_tokens, "must be >= 1")
+        self.kv = kv
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_num_batched_tokens = int(max_num_batched_tokens)
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    # -- admission -------------------------------------------------------------------------
+
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why ``request`` can never run on this replica, or None if it can."""
+        total = request.prompt_tokens + request.output_tokens
+        if self.max_model_len is not None and total > self.max_model_len:
+            return f"{total} tokens exceed the model's max context {self.max_model_len}"
+        if not self.kv.can_ever_hold(total):
+            return f"{total} tokens never fit in {self.kv.capacity_tokens} KV tokens"
+        if not self.chunked_prefill:
+            # Without chunking a prefill runs whole: the prompt, or, for a request preempted
+            # late, every token but its last (vLLM demands max_num_batched_tokens >=
+            # max_model_len for the same reason).
+            longest = request.prompt_tokens
+            if self.may_preempt:
+                longest = max(longest, request.prompt_tokens + request.output_tokens - 2)
+            if longest > self.max_num_batched_tokens:
+                return (f"a prefill of {longest} tokens exceeds max_num_batched_tokens "
+                        f"{self.max_num_batched_tokens} without chunked prefill")
+        return None
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or bool(self.running)
+
+    @property
+    def num_outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    # -- the policy ------------------------------------------------------------------------
+
+    def schedule(self) -> StepPlan:
+        raise NotImplementedError
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        """How many steps, this one included, would repeat ``plan`` exactly if nothing arrived.
+
+        The default (1) never fast-forwards. A policy that returns more promises that while only
+        decodes advance, it would keep choosing exactly these decodes.
+        """
+        return 1
+
+    # -- what follows from a plan ----------------------------------------------------------
+
+    def preempt(self, victim: Request) -> None:
+        """Drop ``victim``'s KV and send it to the front of the waiting queue (recompute)."""
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        victim.status = WAITING
+        self.waiting.appendleft(victim)
+
+    def grow_or_preempt(self, request: Request, num_tokens: int, plan: StepPlan) -> bool:
+        """Give ``request`` KV for ``num_tokens`` more tokens, preempting the most recently
+        admitted running requests until it fits. False when ``request`` itself was the victim."""
+        target = request.num_computed_tokens + num_tokens
+        while self.kv.grow(request, target) is None:
+            victim = self.running.pop()
+            self.preempt(victim)
+            plan.preempted.append(victim)
+            if victim is request:
+                return False
+        return True
+
+    def try_admit(self, request: Request, num_tokens: int) -> bool:
+        """Move the head of ``waiting`` to ``running`` if the KV (above the watermark) allows."""
+        if self.kv.admit(request, request.num_computed_tokens + num_tokens) is None:
+            return False
+        self.waiting.popleft()
+        request.status = RUNNING
+        self.running.append(request)
+        return True
+
+    def on_step_end(self, plan: StepPlan) -> tuple[list[Request], list[Request]]:
+        """Apply a finished step: the requests that sampled their first output token in it (in
+        the plan's order), and the requests that completed."""
+        first_tokens: list[Request] = []
+        finished: list[Request] = []
+        for request, num_tokens in plan.prefills:
+            request.num_computed_tokens += num_tokens
+            if request.num_computed_tokens == request.prompt_tokens + request.num_generated:
+                # a prefill that reaches the last known token samples the next one: always the
+                # first (a recompute stops one token short and decodes the rest)
+                request.num_generated += 1
+                assert request.num_generated == 1, "a prefill sampled a token after the first"
+                first_tokens.append(request)
+                if request.num_generated == request.output_tokens:
+                    request.status = COMPLETED
+                    finished.append(request)
+        for request in plan.decodes:  # hot
+            request.num_computed_tokens += 1
+            request.num_generated += 1
+            if request.num_generated == request.output_tokens:
+                request.status = COMPLETED
+                finished.append(request)
+        if finished:
+            self._retire(finished)
+        return first_tokens, finished
+
+    def _retire(self, finished: list[Request]) -> None:
+        for request in finished:
+            self.kv.free(request)
+        self.running = [r for r in self.running if r.status == RUNNING]
+
+    # -- decode stretches ------------------------------------------------------------------
+
+    def pure_decode_stretch_limit(self, decodes: list[Request]) -> int:
+        """Steps the decodes can repeat before one of them completes or the KV pool runs out
+        (for policies whose admission cannot change while only decodes run)."""
+        max_steps = min(r.output_tokens - r.num_generated for r in decodes)
+        if max_steps <= 1:
+            return 1
+        return self.kv.decode_steps_that_fit(decodes, max_steps)
+
+    def advance_decodes(self, plan: StepPlan,
+                        num_steps: int) -> tuple[list[Request], list[int] | np.ndarray]:
+        """Apply ``num_steps`` repeats of the pure-decode ``plan`` at once.
+
+        Returns the requests that completed (at the last step) and the KV blocks in use during
+        each step, for the step rows.
+        """
+        blocks_used = self.kv.grow_decodes(plan.decodes, num_steps)
+        finished: list[Request] = []
+        for request in plan.decodes:
+            request.num_computed_tokens += num_steps
+            generated = request.num_generated + num_steps
+            request.num_generated = generated
+            if generated >= request.output_tokens:
+                assert generated == request.output_tokens, "stretch ran past a completion"
+                request.status = COMPLETED
+                finished.append(request)
+        if finished:
+            self._retire(finished)
+        return finished, blocks_used

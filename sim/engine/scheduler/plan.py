@@ -1,0 +1,55 @@
+"""What a scheduler hands the replica for one step.
+
+A ``StepPlan`` names the requests that advance and by how many tokens and the requests it had
+to preempt, and counts the step's work as it is built. ``shape()`` freezes those counts into the
+``StepShape`` every step-time model reads (``sim.engine.step_shape``: P, D, Ap, Ad).
+
+``num_decode_seqs`` and ``decode_context`` can exceed what ``decodes`` holds when a scheduler
+computes padding (the ``static`` baseline keeps finished sequences in the batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.engine.request import Request
+from sim.engine.step_shape import StepShape
+
+
+@dataclass(slots=True)
+class StepPlan:
+    prefills: list[tuple[Request, int]] = field(default_factory=list)
+    decodes: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_seqs: int = 0
+    prefill_attn: int = 0
+    decode_context: int = 0
+
+    def add_prefill(self, request: Request, num_tokens: int) -> None:
+        context_before = request.num_computed_tokens
+        self.prefills.append((request, num_tokens))
+        self.num_prefill_tokens += num_tokens
+        self.prefill_attn += num_tokens * (context_before + num_tokens)
+
+    def add_decode(self, request: Request) -> None:
+        self.decodes.append(request)
+        self.num_decode_seqs += 1
+        self.decode_context += request.num_computed_tokens + 1
+
+    def shape(self) -> StepShape:
+        """The step's work, as the step-time models see it."""
+        return StepShape(self.num_prefill_tokens, self.num_decode_seqs, self.prefill_attn,
+                         self.decode_context)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.prefills) + len(self.decodes)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefills and not self.decodes
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.prefills and not self.preempted and bool(self.decodes)

@@ -1,0 +1,66 @@
+"""Request-level (static) batching: the baseline that shows why continuous batching matters.
+
+A batch of up to ``max_num_seqs`` waiting requests is formed only when the previous batch has
+entirely finished. Each member reserves KV for its whole prompt and output at admission (so
+nothing is ever preempted), the batch prefills together in one step, then decodes until its
+longest member is done. A finished member returns its response at once but keeps its seat and
+is computed as padding until the batch ends, as in HF ``generate`` or FasterTransformer.
+
+Left out: padding of prompts to a common length in the prefill step.
+"""
+
+from __future__ import annotations
+
+from sim.engine.request import COMPLETED, RUNNING
+from sim.engine.scheduler.base import Scheduler
+from sim.engine.scheduler.plan import StepPlan
+
+
+class StaticScheduler(Scheduler):
+    chunked_prefill = False
+    may_preempt = False  # KV for the whole output is reserved at admission
+
+    def __init__(self, kv, max_num_seqs: int = 32, max_num_batched_tokens: int = 65536,
+                 max_model_len: int | None = None):
+        super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
+        self.batch: list = []  # members of the current batch, finished ones included
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        if not self.running:
+            self._release_batch()
+            budget = self.max_num_batched_tokens
+            while self.waiting and len(self.running) < self.max_num_seqs:
+                request = self.waiting[0]
+                total = request.prompt_tokens + request.output_tokens
+                if request.prompt_tokens > budget or self.kv.admit(request, total) is None:
+                    break
+                self.waiting.popleft()
+                request.status = RUNNING
+                self.running.append(request)
+                self.batch.append(request)
+                plan.add_prefill(request, request.prompt_tokens)
+                budget -= request.prompt_tokens
+            return plan
+        for request in self.batch:
+            if request.status == COMPLETED:  # padding: computed, produces nothing
+                plan.num_decode_seqs += 1
+                plan.decode_context += request.num_tokens
+            else:
+                plan.add_decode(request)
+        return plan
+
+    def _release_batch(self) -> None:
+        for request in self.batch:
+            self.kv.free(request)
+        self.batch = []
+
+    def _retire(self, finished) -> None:
+        # Keep the KV reserved (the seat is held) until the whole batch ends.
+        self.running = [r for r in self.running if r.status == RUNNING]
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        if not plan.is_pure_decode:
+            return 1
+        # KV was reserved for the whole output at admission: only completions end the stretch.
+        return max(1, min(r.output_tokens - r.num_generated for r in plan.decodes))

@@ -1,0 +1,103 @@
+"""vLLM v1's scheduler: one token budget per step, running requests first, then waiting ones.
+
+Each step has ``max_num_batched_tokens`` tokens to hand out. Running requests are served first,
+in admission order, each with what it needs to catch up (one token for a decode, the rest of its
+prompt for a request still prefilling); then waiting requests are admitted, FIFO, while budget,
+``max_num_seqs`` and KV (above the watermark) allow. With chunked prefill (vLLM v1's default) a
+prompt larger than the remaining budget gets a chunk of it; without, it waits for a step with
+room for all of it. When a running request cannot grow its KV, the most recently admitted
+running request is preempted, and no new request is admitted that step.
+
+``max_prefills_per_step`` (default: no limit) caps how many requests get prefill tokens in one
+step. At 1, prompts that arrive together are prefilled one per step, each alongside the running
+decodes, instead of all in one long step. Engines that stagger context requests behave so
+(vLLM's ``max_num_partial_prefills`` limits chunked prompts in the same spirit). The measured
+TRT-LLM runs in data/calibration fit 2 better than no limit (benchmarks/fidelity.py).
+
+Left out: prefix caching, speculative decoding, priorities, the async output processor.
+"""
+
+from __future__ import annotations
+
+from sim.errors import require
+from sim.engine.kv_cache import KVCache
+from sim.engine.scheduler.base import Scheduler
+from sim.engine.scheduler.plan import StepPlan
+
+
+class VLLMScheduler(Scheduler):
+    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
+                 enable_chunked_prefill: bool = True, max_model_len: int | None = None,
+                 max_prefills_per_step: int | None = None):
+        super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
+        self.chunked_prefill = bool(enable_chunked_prefill)
+        require(max_prefills_per_step is None or max_prefills_per_step >= 1,
+                "scheduler.max_prefills_per_step", max_prefills_per_step, "must be >= 1 or null")
+        self.max_prefills = (max_prefills_per_step if max_prefills_per_step is not None
+                             else max_num_seqs)
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self.max_num_batched_tokens
+        chunked = self.chunked_prefill
+        running = self.running
+        kv = self.kv
+        decodes = plan.decodes
+        decode_context = 0
+        # A for loop over a list that preemption pops from the end: it stops at the new end.
+        for request in running:
+            if budget <= 0:
+                break
+            computed = request.num_computed_tokens
+            generated = request.num_generated
+            num_tokens = request.prompt_tokens + generated - computed
+            if num_tokens == 1 and generated:
+                # The hot path, inlined from add_decode. Most decodes have room for their next
+                # token; otherwise the cache grows the request, or someone is preempted.
+                if computed >= request.kv_slots and kv.grow(request, computed + 1) is None \
+                        and not self.grow_or_preempt(request, 1, plan):
+                    break
+                decodes.append(request)
+                decode_context += computed + 1
+                budget -= 1
+                continue
+            if len(plan.prefills) >= self.max_prefills:
+                continue
+            if generated:
+                num_tokens -= 1  # a recompute stops before the last generated token
+            if num_tokens > budget:
+                if not chunked:
+                    continue
+                num_tokens = budget
+            if not self.grow_or_preempt(request, num_tokens, plan):
+                break
+            plan.add_prefill(request, num_tokens)
+            budget -= num_tokens
+        plan.num_decode_seqs = len(decodes)
+        plan.decode_context = decode_context
+        if plan.preempted:
+            return plan
+        self._admit_waiting(plan, budget)
+        return plan
+
+    def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
+        waiting = self.waiting
+        while (waiting and budget > 0 and len(self.running) < self.max_num_seqs
+               and len(plan.prefills) < self.max_prefills):
+            request = waiting[0]
+            num_tokens = request.num_uncomputed_tokens
+            if num_tokens > budget:
+                if not self.chunked_prefill:
+                    break
+                num_tokens = budget
+            if not self.try_admit(request, num_tokens):
+                break
+            plan.add_prefill(request, num_tokens)
+            budget -= num_tokens
+
+    def decode_stretch_limit(self, plan: StepPlan) -> int:
+        # Pure decode of *every* running request, no preemption: the waiting head was refused
+        # for budget, seats or KV, and none of those improves until a request completes.
+        if not plan.is_pure_decode or len(plan.decodes) != len(self.running):
+            return 1
+        return self.pure_decode_stretch_limit(plan.decodes)

@@ -1,0 +1,45 @@
+"""The shape of one engine step: the only thing a step-time model is allowed to see.
+
+A scheduler decides who advances; the step's cost depends only on how much work that is, never on
+which requests they were, on the clock or on global state. Four numbers describe the work
+(GUIDE section 3, the ``linear`` model):
+
+- ``num_prefill_tokens`` (P): tokens computed for requests that are not decoding (prompt chunks,
+  and the recompute of a preempted request);
+- ``num_decode_seqs`` (D): decoding sequences, one token each;
+- ``prefill_attn`` (Ap): the sum over prefill chunks of ``chunk × (context_before_chunk +
+  chunk)``, where the context before a chunk is the request's tokens already computed;
+- ``decode_context`` (Ad): the sum over decoding sequences of their context length (prompt plus
+  the output tokens generated so far, the first included).
+
+Worked example: a prefill of 2 prompts of 8 tokens is P=16, D=0, Ap=2·8·(0+8)=128, Ad=0; a
+decode of 3 sequences with 10 tokens computed each is P=0, D=3, Ap=0, Ad=3·11=33.
+
+The same names are the columns of the per-step CSV that ``fleetcast profile`` writes and
+``fleetcast calibrate --steps`` reads (``STEP_SHAPE_COLUMNS``), so a measured step and a
+simulated one are described alike. New terms (cached prompt tokens, KV bytes transferred) join
+as fields with a default of 0: models that do not price them are unaffected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """How much work one engine step does (token counts; see the module docstring)."""
+
+    num_prefill_tokens: int = 0
+    num_decode_seqs: int = 0
+    prefill_attn: int = 0
+    decode_context: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the step's GEMMs process: every prefill token plus one per decode."""
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+
+STEP_SHAPE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepShape))
+"""The per-step CSV's shape columns, in order (the fields of ``StepShape``)."""

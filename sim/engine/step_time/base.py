@@ -1,0 +1,42 @@
+"""The step-time interface, and the one way a decode stretch is priced.
+
+A model maps a ``StepShape`` (``sim.engine.step_shape``) to seconds: ``step_time_s(shape)``.
+
+``decode_stretch_s(first, context_growth, num_steps)`` prices ``num_steps`` consecutive
+pure-decode steps: the first has shape ``first``, and each next one attends ``context_growth``
+more tokens (one per growing sequence). The default calls ``step_time_s`` once per step, in
+order, so the durations are bit-for-bit those the replica would get stepping one by one.
+
+Long stretches (``VECTOR_MIN_STEPS`` steps or more) may be priced with numpy instead, by models
+whose array expression performs the same IEEE operations in the same order as their scalar one,
+so the results stay bit-for-bit equal (numpy never fuses a multiply and an add). Those return a
+float64 numpy array; short stretches return a list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.engine.step_shape import StepShape
+
+VECTOR_MIN_STEPS = 32
+"""Stretches this long or longer are worked out with numpy, shorter ones with a Python loop.
+
+Per-step work in a stretch (durations, end times, KV blocks in use) is a few float operations: a
+loop does a short stretch faster than numpy's fixed per-call overhead allows, numpy a long one.
+Both give identical numbers. 32 steps is where they cross on benchmarks/bench_speed.py (2 cores).
+"""
+
+
+class StepTimeModel:
+    """Base class: subclasses implement ``step_time_s``."""
+
+    def step_time_s(self, shape: StepShape) -> float:
+        raise NotImplementedError
+
+    def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
+        """Durations of ``num_steps`` pure-decode steps (a list, or a float64 numpy array)."""
+        step = self.step_time_s
+        seqs, context = first.num_decode_seqs, first.decode_context
+        return [step(StepShape(0, seqs, 0, context + i * context_growth))
+                for i in range(num_steps)]

@@ -1,0 +1,12 @@
+"""The fleet in simulated time: the only package that uses SimPy.
+
+- ``simclock``: events at absolute times, in a fixed order when they coincide;
+- ``replica``: one replica's step loop over its engines (one per model it serves);
+- ``frontend``: a replica's host queue that streams tokens and takes in requests;
+- ``router``: which replica a new request goes to (add one: a class + a YAML file);
+- ``cluster``: the replicas behind the router, fed by the workload.
+
+May import: ``sim.engine``, ``sim.workload``, ``sim.output.metrics`` (the step rows a replica
+appends), ``sim.errors``. Not the rest of ``sim.output``: tables and summaries are built after
+the run, from what the fleet recorded.
+"""

@@ -1,0 +1,110 @@
+"""A fleet of replicas behind a router, fed by a workload, in one SimPy environment.
+
+Each replica serves one model, or several sharing its GPU (``sim.catalog.placement``); a request goes to
+a replica that serves the model it asks for. Open-loop workloads (traces, Poisson, ...) arrive
+at their own times whatever the fleet does. A closed-loop workload keeps ``concurrency`` requests in flight: each request that ends
+(completed or rejected) releases the next one, after ``think_time_s``, as serving benchmarks
+do. Every request ever issued is kept in ``requests``, in issue order, to become one row of
+``requests.parquet``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from sim.engine.request import REJECTED, UNFINISHED, Request
+from sim.fleet.replica import Engine, Replica
+from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
+from sim.workload.source import Workload
+
+
+class Cluster:
+    def __init__(self, workload: Workload, replica_engines: list[list[Engine]], router,
+                 model_ids: np.ndarray | None = None, fast_forward_decode: bool = True,
+                 horizon_s: float | None = None,
+                 on_request_done: Callable[[Request], None] | None = None,
+                 frontend_token_s: float = 0.0):
+        """``replica_engines[i]`` lists what replica ``i`` serves: one engine for a replica of
+        one model, several for a GPU shared by models. ``model_ids`` says which model each
+        request asks for (all model 0 when None). ``frontend_token_s`` > 0 gives every replica
+        a frontend (``sim.fleet.frontend``)."""
+        self.env = simpy.Environment()
+        self.workload = workload
+        self.router = router
+        self.requests: list[Request] = []
+        self._progress = on_request_done
+        self.replicas = [Replica(self.env, i, engines, self._request_done,
+                                 fast_forward_decode=fast_forward_decode, horizon_s=horizon_s,
+                                 frontend_token_s=frontend_token_s)
+                         for i, engines in enumerate(replica_engines)]
+        # the replicas that serve each model, in replica order, for the router to choose from
+        self._hosts: dict[int, list[Replica]] = {}
+        for replica in self.replicas:
+            for engine in replica.engines:
+                self._hosts.setdefault(engine.model_id, []).append(replica)
+        for replica in self.replicas:
+            replica.start()
+        self._model_ids = (model_ids.tolist() if model_ids is not None
+                           else [0] * workload.num_requests)
+        self.horizon_s = horizon_s
+        self._prompts = workload.prompt_tokens.tolist()
+        self._outputs = workload.output_tokens.tolist()
+        if workload.arrival_time_s is None:
+            self._closed_loop = True
+            # Requests issued or already scheduled to be: a request released after a think
+            # time (or after a rejection) counts from the moment it is scheduled.
+            self._released = 0
+            for _ in range(min(workload.concurrency, workload.num_requests)):
+                if self._released >= workload.num_requests:
+                    break
+                self._released += 1
+                self._issue(0.0, ARRIVAL_PRIORITY)
+        else:
+            self._closed_loop = False
+            self.env.process(self._open_loop(workload.arrival_time_s.tolist()))
+
+    def run(self) -> None:
+        """Simulate until every request has ended, or until the horizon."""
+        horizon_s = self.horizon_s
+        self.env.run(until=horizon_s)
+        for request in self.requests:
+            # Completed means the client received the last token. Past the horizon nobody
+            # stamped it (sim.fleet.replica), and whatever had not ended is unfinished.
+            if request.status != REJECTED and request.completion_time_s is None:
+                request.status = UNFINISHED
+
+    def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
+        index = len(self.requests)
+        request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index],
+                          model_id=self._model_ids[index])
+        self.requests.append(request)
+        hosts = self._hosts[request.model_id]
+        hosts[self.router.choose(request, hosts)].add(request, caller_priority)
+
+    def _open_loop(self, arrival_times_s: list[float]):
+        env = self.env
+        for arrival_time_s in arrival_times_s:
+            if arrival_time_s > env.now:
+                yield timeout_at(env, arrival_time_s)
+            self._issue(arrival_time_s, ARRIVAL_PRIORITY)
+
+    def _request_done(self, request: Request, caller_priority: int) -> None:
+        """``request`` ended (its client heard) during an event of ``caller_priority``."""
+        if self._progress is not None:
+            self._progress(request)
+        if not self._closed_loop or self._released >= self.workload.num_requests:
+            return
+        self._released += 1
+        think_time_s = self.workload.think_time_s
+        if think_time_s > 0 or request.status == REJECTED:
+            # A rejection happens inside _issue; going through the event queue (even with no
+            # delay) keeps a run of rejections from recursing.
+            when = self.env.now + think_time_s
+            timeout_at(self.env, when).callbacks.append(
+                lambda _event: self._issue(when, ARRIVAL_PRIORITY))
+        else:
+            # issued from inside the event that ended the request
+            self._issue(self.env.now, caller_priority)

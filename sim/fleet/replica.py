@@ -1,0 +1,266 @@
+"""One replica as a SimPy process: plan a step, take its time, apply it, repeat.
+
+    plan = scheduler.schedule()
+    yield step_time.step_time_s(plan.shape())
+    scheduler.on_step_end(plan)
+
+Only this module moves simulated time for a replica. A replica runs one or more *engines*, one
+per model it serves (``sim.catalog.placement``): a GPU shared by two models takes their steps
+in turns, round robin among the engines with work, so a busy model slows the other down. A
+request that arrives during a step waits for the step to end (an engine cannot change a batch
+in flight). An idle replica sleeps until a request arrives.
+
+The replica is the one writer of the times a client sees: the scheduler reports which requests
+sampled their first token and which finished, and the replica stamps ``first_token_time_s`` and
+``completion_time_s`` at the step's end, or hands the tokens to its frontend (``sim.fleet.
+frontend``), which stamps them when they are streamed. A time at or after the horizon is never
+stamped: the client never saw it.
+
+Decode stretches. When the scheduler promises that the next ``k`` steps are identical pure
+decodes (``decode_stretch_limit``), the replica prices all ``k`` at once and waits for the last
+one's end in a single event. An arrival interrupts the wait: the replica finishes the step in
+progress, applies the steps done so far, and plans again, exactly as stepping one by one would.
+The step rows, token counts, KV use and timestamps are identical either way (a test proves it);
+only the number of SimPy events changes. A replica of several engines never uses stretches: a
+stretch would hold the GPU for one model while the other waits, which is not how turns go.
+
+Left out: running two models' kernels concurrently (MPS, MIG) and any cost of switching.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.engine.request import REJECTED, Request
+from sim.engine.scheduler.base import Scheduler
+from sim.engine.scheduler.plan import StepPlan
+from sim.engine.step_time.base import StepTimeModel
+from sim.fleet.frontend import Frontend
+from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
+from sim.output.metrics import StepRecorder
+
+
+@dataclass(slots=True, eq=False)
+class Engine:
+    """What serves one model on a replica: its scheduler (which owns its KV cache), its
+    step-time model and the rows of its steps."""
+
+    model_id: int
+    scheduler: Scheduler
+    step_time: StepTimeModel
+    steps: StepRecorder = field(default_factory=StepRecorder)
+
+
+class Replica:
+    """A replica: its engines, its optional frontend, its process (started by ``start``)."""
+
+    def __init__(self, env: simpy.Environment, replica_id: int, engines: list[Engine],
+                 on_request_done: Callable[[Request, int], None], *,
+                 fast_forward_decode: bool = True, horizon_s: float | None = None,
+                 frontend_token_s: float = 0.0):
+        """``on_request_done(request, caller_priority)`` hears of each request that ends, when
+        its client does; ``caller_priority`` is the priority of the event that tells it.
+        ``frontend_token_s`` > 0 gives the replica a frontend."""
+        assert engines, "a replica serves at least one model"
+        self.env = env
+        self.replica_id = replica_id
+        self.engines = engines
+        self._by_model = {engine.model_id: engine for engine in engines}
+        self.priority = step_end_priority(replica_id)
+        self.horizon_s = horizon_s
+        self.on_request_done = on_request_done
+        self.fast_forward_decode = fast_forward_decode and len(engines) == 1
+        self.frontend = Frontend(frontend_token_s, horizon_s) if frontend_token_s > 0 else None
+        # requests routed here whose clients have not heard the end: waiting in the frontend,
+        # at a scheduler, or with tokens still to stream
+        self.num_outstanding = 0
+        self.committed_tokens = 0
+        self._wakeup: simpy.Event | None = None
+        self._interruptible = False
+        self.process: simpy.Process | None = None
+
+    def start(self) -> None:
+        """Start the replica's process (the cluster does, once every replica exists)."""
+        assert self.process is None, f"replica {self.replica_id} started twice"
+        self.process = self.env.process(self._run())
+
+    # -- requests in -----------------------------------------------------------------------
+
+    def add(self, request: Request, caller_priority: int) -> None:
+        """Take a routed request: it reaches its engine now, or when the frontend's queue
+        clears.
+
+        ``caller_priority`` is the priority of the event being processed (an arrival, or some
+        replica's step end): it says whether this replica's own step ending right now has
+        already been processed, which a decode stretch needs to know when interrupted.
+        """
+        request.replica_id = self.replica_id
+        self.num_outstanding += 1
+        self.committed_tokens += request.prompt_tokens + request.output_tokens
+        frontend = self.frontend
+        if frontend is not None:
+            end_times = frontend.stretch_end_times
+            if end_times is not None:
+                # the steps of a decode stretch that have ended by now have queued their tokens
+                frontend.catch_up(self._steps_ended(end_times, caller_priority))
+            if frontend.busy_until > self.env.now:
+                timeout_at(self.env, frontend.busy_until).callbacks.append(
+                    lambda _event: self._enter(request, ARRIVAL_PRIORITY))
+                return
+        self._enter(request, caller_priority)
+
+    def _steps_ended(self, end_times: Any, caller_priority: int) -> int:
+        """How many of a stretch's steps have ended by now, as seen from an event of
+        ``caller_priority``: a step ending exactly now has ended when this replica's step ends
+        rank before that event."""
+        if caller_priority > self.priority:
+            return bisect_right(end_times, self.env.now)
+        return bisect_left(end_times, self.env.now)
+
+    def _enter(self, request: Request, caller_priority: int) -> None:
+        """Queue a request at its model's engine now, or reject it if it can never run here."""
+        scheduler = self._by_model[request.model_id].scheduler
+        if scheduler.rejection_reason(request) is not None:
+            request.status = REJECTED
+            self._forget(request)
+            self.on_request_done(request, caller_priority)
+            return
+        scheduler.add(request)
+        if self._wakeup is not None:
+            wakeup, self._wakeup = self._wakeup, None
+            wakeup.succeed()
+        elif self._interruptible:
+            self._interruptible = False
+            assert self.process is not None
+            self.process.interrupt(caller_priority)
+
+    def _forget(self, request: Request) -> None:
+        self.num_outstanding -= 1
+        self.committed_tokens -= request.prompt_tokens + request.output_tokens
+
+    # -- requests out ----------------------------------------------------------------------
+
+    def _done(self, finished: list[Request]) -> None:
+        """Requests that completed in the step that just ended; their clients hear of it when
+        the last token is streamed (at once without a frontend, never past the horizon)."""
+        env = self.env
+        for request in finished:
+            heard_s = request.completion_time_s
+            if heard_s is None:
+                continue  # streamed after the horizon: the client never hears within the run
+            if heard_s > env.now:
+                timeout_at(env, heard_s).callbacks.append(
+                    lambda _event, r=request: self._client_heard(r, ARRIVAL_PRIORITY))
+            else:
+                self._client_heard(request, self.priority)
+
+    def _client_heard(self, request: Request, caller_priority: int) -> None:
+        # outstanding until then, as a load balancer counts an open response stream
+        self._forget(request)
+        self.on_request_done(request, caller_priority)
+
+    # -- the step loop ---------------------------------------------------------------------
+
+    def _next_engine(self, turn: int) -> Engine | None:
+        """The engine whose turn it is: the next with work, counting from ``turn``."""
+        engines = self.engines
+        for offset in range(len(engines)):
+            engine = engines[(turn + offset) % len(engines)]
+            if engine.scheduler.has_work:
+                return engine
+        return None
+
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        frontend = self.frontend
+        single = self.engines[0] if len(self.engines) == 1 else None
+        turn = 0
+        while True:
+            if single is not None:  # the common case, without a call
+                engine = single if single.scheduler.has_work else None
+            else:
+                engine = self._next_engine(turn)
+            if engine is None:
+                self._wakeup = env.event()
+                yield self._wakeup
+                continue
+            if single is None:
+                turn = self.engines.index(engine) + 1
+            scheduler = engine.scheduler
+            start = env.now
+            plan = scheduler.schedule()
+            assert not plan.is_empty, (
+                f"replica {self.replica_id}: scheduler planned nothing with "
+                f"{scheduler.num_outstanding} requests outstanding")
+            for request, _ in plan.prefills:
+                if request.first_scheduled_time_s is None:
+                    request.first_scheduled_time_s = start
+            num_steps = 1
+            if self.fast_forward_decode and plan.is_pure_decode:
+                num_steps = scheduler.decode_stretch_limit(plan)
+            if num_steps == 1:
+                duration = engine.step_time.step_time_s(plan.shape())
+                blocks_used = scheduler.kv.num_used_blocks
+                yield timeout_at(env, start + duration, self.priority)
+                engine.steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
+                                 plan.num_seqs, blocks_used)
+                first_tokens, finished = scheduler.on_step_end(plan)
+                # The one place a step's tokens are dated: now, or when the frontend streams
+                # them (one per request that sampled, in the step's order).
+                if frontend is not None:
+                    frontend.stream_step(env.now, first_tokens + plan.decodes)
+                elif first_tokens or finished:
+                    now = env.now
+                    for request in first_tokens:
+                        request.first_token_time_s = now
+                    for request in finished:
+                        request.completion_time_s = now
+            else:
+                finished = yield from self._decode_stretch(engine, plan, num_steps)
+            if finished:
+                self._done(finished)
+
+    def _decode_stretch(self, engine: Engine, plan: StepPlan,
+                        num_steps: int) -> Generator[simpy.Event, Any, list[Request]]:
+        env = self.env
+        start = env.now
+        durations = engine.step_time.decode_stretch_s(plan.shape(), len(plan.decodes),
+                                                      num_steps)
+        # Step end times: the same additions, in the same order, as stepping one by one
+        # (numpy's cumulative sum adds sequentially, left to right).
+        if isinstance(durations, np.ndarray):
+            end_times = np.cumsum(np.concatenate(([start], durations)))[1:]
+        else:
+            end_times = list(accumulate(durations, initial=start))[1:]
+        if self.horizon_s is not None:
+            # Steps ending at or after the horizon never end (as when stepping one by one).
+            num_steps = max(1, min(num_steps, bisect_left(end_times, self.horizon_s)))
+        self._interruptible = True
+        if self.frontend is not None:
+            self.frontend.begin_stretch(end_times, plan.decodes)
+        try:
+            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
+        except simpy.Interrupt as interrupt:
+            # Something arrived: finish the step in progress, then plan again. If a step ends
+            # exactly now, stepping one by one would have ended it before the arrival when
+            # the arrival's event ranks after this replica's step ends.
+            num_steps = min(num_steps, self._steps_ended(end_times, interrupt.cause) + 1)
+            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
+        self._interruptible = False
+        finished, blocks_used = engine.scheduler.advance_decodes(plan, num_steps)
+        if self.frontend is not None:
+            self.frontend.end_stretch(num_steps)
+        else:
+            end_s = float(end_times[num_steps - 1])
+            for request in finished:
+                request.completion_time_s = end_s
+        engine.steps.add_decode_stretch(start, durations[:num_steps], end_times[:num_steps],
+                                        len(plan.decodes), blocks_used)
+        return finished

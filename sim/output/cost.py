@@ -1,0 +1,210 @@
+"""What the fleet costs: rented GPU-hours, and optionally the electricity they draw.
+
+A run's fleet is ``num_gpus`` GPUs of one type, paid by the GPU-hour for the whole simulated
+span whether they are busy or idle (rented capacity is paid for either way). From that one
+number, ``usd_per_hour = num_gpus × usd_per_gpu_hour``, and the run's throughput, come the unit
+costs that cost calculators quote:
+
+- ``usd_per_million_output_tokens``: $ per million output tokens *if output tokens paid for
+  everything*: the whole fleet cost divided by the output-token rate. Likewise
+  ``usd_per_million_input_tokens`` with the prompt tokens. The two are not meant to be added:
+  each charges the full bill to one kind of token (calculators do the same; a split between
+  prefill and decode work would need a model of who pays for what).
+- ``usd_per_thousand_good_requests``: the fleet cost per thousand completed requests that met
+  every SLO (goodput), so a fleet that is cheap but slow is not rewarded.
+- ``gpu_hours_per_day``: with ``requests_per_day`` set, the GPU-hours per day this configuration
+  needs for that traffic, scaling the simulated fleet linearly:
+  ``num_gpus × 24 × requests_per_day / (86400 × requests_per_s)``. Linear scaling is right when
+  the run was loaded as the real fleet would be (same per-replica load); a lightly loaded run
+  overstates the need, and an overloaded one (requests left unfinished) understates it.
+
+The $/GPU-hour comes from the first of: ``cost.usd_per_gpu_hour`` (your price); the price
+table ``cost.prices[gpu name][cost.tier]`` when a tier is chosen and the table lists it; the
+hardware catalog's ``usd_per_gpu_hour`` (its on-demand list price, or your
+``hardware.usd_per_gpu_hour=`` override). ``price_source`` in the output names the one used.
+
+Energy (optional): each GPU draws ``idle_power_fraction × TDP`` when idle and its TDP when busy,
+linear in between in the replicas' busy fraction (the share of the span its replica was running
+steps); ``pue`` adds the datacenter's cooling and power-delivery overhead. It is reported beside
+the rental bill (``usd_per_hour_with_energy``), not folded into the per-token figures, because
+cloud prices already include power; it matters when the GPU price is an owned, amortised one.
+
+Left out: per-second vs per-hour billing granularity, minimum reservation sizes, host CPU,
+memory, storage and network egress, the power of the rest of the server (only the GPUs' TDP is
+counted), spot preemptions, and scaling the fleet down when traffic is low.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sim.errors import require
+from sim.catalog.hardware import GPU
+from sim.config.params import number
+
+TIERS = ("on_demand", "reserved", "spot")
+
+_SECONDS_PER_HOUR = 3600.0
+_HOURS_PER_DAY = 24.0
+_SECONDS_PER_DAY = 86400.0
+_W_PER_KW = 1000.0
+
+
+@dataclass(frozen=True)
+class GpuPrices:
+    """One GPU's list prices in $/GPU-hour by tier (None: not listed), with where they came from."""
+
+    on_demand: float | None = None
+    reserved: float | None = None
+    spot: float | None = None
+    source: str | None = None
+    date: str | None = None
+
+
+@dataclass(frozen=True)
+class EnergyConfig:
+    """Electricity: $/kWh, the idle draw as a fraction of TDP, and the datacenter PUE."""
+
+    usd_per_kwh: float
+    idle_power_fraction: float
+    pue: float
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """The ``cost`` config node, validated. ``energy`` is None when energy costing is off."""
+
+    tier: str | None = None
+    usd_per_gpu_hour: float | None = None
+    requests_per_day: float | None = None
+    energy: EnergyConfig | None = None
+    prices: Mapping[str, GpuPrices] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping | None) -> CostConfig:
+        """Build from a ``cost`` node; ``None`` or ``{}`` (an older config) gives the defaults:
+        the hardware catalog's price, no traffic level, no energy."""
+        cfg = cfg or {}
+        require(isinstance(cfg, Mapping), "cost", cfg, "must be a mapping")
+        _known(cfg, ("tier", "usd_per_gpu_hour", "requests_per_day", "energy", "prices"), "cost")
+        tier = cfg.get("tier")
+        require(tier is None or tier in TIERS, "cost.tier", tier,
+                f"unknown; choose one of {', '.join(TIERS)} (or null: the hardware's price)")
+        prices_cfg = cfg.get("prices") or {}
+        require(isinstance(prices_cfg, Mapping), "cost.prices", prices_cfg,
+                "must map GPU names to {on_demand, reserved, spot, source, date}")
+        return cls(
+            tier=tier,
+            usd_per_gpu_hour=number(cfg, "usd_per_gpu_hour", ge=0, prefix="cost"),
+            requests_per_day=number(cfg, "requests_per_day", gt=0, prefix="cost"),
+            energy=_energy(cfg.get("energy")),
+            prices={str(name): _gpu_prices(entry, f"cost.prices.{name}")
+                    for name, entry in prices_cfg.items()},
+        )
+
+
+def _known(cfg: Mapping, keys: tuple[str, ...], prefix: str) -> None:
+    for key in cfg:
+        if not str(key).startswith("_"):  # "_..." keys belong to the config system
+            require(key in keys, f"{prefix}.{key}", cfg[key],
+                    f"unknown field; known: {', '.join(keys)}")
+
+
+def _gpu_prices(entry: object, prefix: str) -> GpuPrices:
+    require(isinstance(entry, Mapping), prefix, entry,
+            "must map on_demand/reserved/spot to $/GPU-hour, with source and date")
+    _known(entry, (*TIERS, "source", "date"), prefix)
+    text = {k: None if entry.get(k) is None else str(entry[k]) for k in ("source", "date")}
+    return GpuPrices(**{t: number(entry, t, ge=0, prefix=prefix) for t in TIERS}, **text)
+
+
+def _energy(cfg: Mapping | None) -> EnergyConfig | None:
+    """Validated even when disabled, so a typo is caught before anyone turns it on."""
+    if cfg is None:
+        return None
+    require(isinstance(cfg, Mapping), "cost.energy", cfg, "must be a mapping")
+    keys = ("enabled", "usd_per_kwh", "idle_power_fraction", "pue")
+    _known(cfg, keys, "cost.energy")
+    enabled = cfg.get("enabled", False)
+    require(isinstance(enabled, bool), "cost.energy.enabled", enabled, "must be true or false")
+    # No code defaults for the numbers: their values and reasons live in configs/cost/default.yaml.
+    energy = EnergyConfig(
+        usd_per_kwh=number(cfg, "usd_per_kwh", required=True, ge=0, prefix="cost.energy"),
+        idle_power_fraction=number(cfg, "idle_power_fraction", required=True, ge=0, le=1,
+                                   prefix="cost.energy"),
+        pue=number(cfg, "pue", required=True, ge=1, prefix="cost.energy"),
+    )
+    return energy if enabled else None
+
+
+def gpu_price(cost: CostConfig, gpu: GPU) -> tuple[float, str | None, str]:
+    """The $/GPU-hour this run pays, the table tier it came from (None if not the table), and
+    the config field it came from (precedence in the module docstring)."""
+    if cost.usd_per_gpu_hour is not None:
+        return cost.usd_per_gpu_hour, None, "cost.usd_per_gpu_hour"
+    if cost.tier is not None:
+        listed = cost.prices.get(gpu.name)
+        price = None if listed is None else getattr(listed, cost.tier)
+        if price is not None:
+            return price, cost.tier, f"cost.prices.{gpu.name}.{cost.tier}"
+        # A GPU the table does not list (a custom hardware file) still gets a price.
+    return gpu.usd_per_gpu_hour, None, "hardware.usd_per_gpu_hour"
+
+
+def _per(numerator: float, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when the denominator is missing or zero."""
+    return numerator / denominator if denominator else None
+
+
+def energy_cost(energy: EnergyConfig, gpu: GPU, *, num_gpus: int,
+                gpu_busy_fraction: float | None) -> dict:
+    """Average power per GPU, the fleet's kWh per hour with PUE, and its $/hour."""
+    # A run with no span has no busy time: its GPUs sit idle.
+    busy = gpu_busy_fraction or 0.0
+    assert 0.0 <= busy <= 1.0 + 1e-9, f"gpu_busy_fraction {busy} outside [0, 1]"
+    busy = min(busy, 1.0)  # summed step times can overshoot the span by a rounding error
+    idle = energy.idle_power_fraction
+    kw_per_gpu = gpu.power_w / _W_PER_KW * (idle + (1.0 - idle) * busy)
+    kwh_per_hour = kw_per_gpu * num_gpus * energy.pue  # kW sustained for an hour = kWh
+    return {"kw_per_gpu": kw_per_gpu, "kwh_per_hour": kwh_per_hour,
+            "usd_per_hour": kwh_per_hour * energy.usd_per_kwh}
+
+
+def fleet_cost(cost: CostConfig, gpu: GPU, *, num_gpus: int, duration_s: float,
+               completed_requests: int, good_requests: int, input_tokens: float,
+               output_tokens: float, gpu_busy_fraction: float | None) -> dict:
+    """The summary's ``cost`` block for ``num_gpus`` GPUs over ``duration_s`` seconds.
+
+    Token and request counts are of completed requests; ``good_requests`` those that met every
+    SLO. Rates are counts / ``duration_s``; a figure whose denominator is zero (no span, no
+    tokens, no good requests) is None.
+    """
+    usd_per_gpu_hour, tier, source = gpu_price(cost, gpu)
+    usd_per_hour = num_gpus * usd_per_gpu_hour
+
+    def per_s(count: float) -> float | None:
+        return count / duration_s if duration_s > 0 else None
+
+    usd_per_s = usd_per_hour / _SECONDS_PER_HOUR
+    out_per_s, in_per_s = per_s(output_tokens), per_s(input_tokens)
+    good_per_s, requests_per_s = per_s(good_requests), per_s(completed_requests)
+    energy = (None if cost.energy is None else
+              energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction))
+    gpu_hours_per_day = None
+    if cost.requests_per_day is not None and requests_per_s:
+        # how many copies of this fleet the daily traffic keeps busy, times its GPU-hours a day
+        gpu_hours_per_day = (num_gpus * _HOURS_PER_DAY * cost.requests_per_day
+                             / (_SECONDS_PER_DAY * requests_per_s))
+    return {
+        "usd_per_gpu_hour": usd_per_gpu_hour,
+        "tier": tier,
+        "price_source": source,
+        "usd_per_hour": usd_per_hour,
+        "usd_per_hour_with_energy": usd_per_hour + (energy["usd_per_hour"] if energy else 0.0),
+        "usd_per_million_output_tokens": _per(usd_per_s * 1e6, out_per_s),
+        "usd_per_million_input_tokens": _per(usd_per_s * 1e6, in_per_s),
+        "usd_per_thousand_good_requests": _per(usd_per_s * 1e3, good_per_s),
+        "gpu_hours_per_day": gpu_hours_per_day,
+        "energy": energy,
+    }

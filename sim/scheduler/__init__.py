@@ -1,1 +1,0 @@
-"""Replica schedulers: each step, decide which requests advance and by how many tokens."""

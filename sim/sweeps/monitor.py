@@ -1,0 +1,164 @@
+"""Sweeps: many runs of one command, watched while they run and ranked when they end.
+
+A sweep is a Hydra multirun (``fleetcast -m key=a,b other=c,d``): one job per combination, each
+writing its run into its own folder under the sweep folder. This module adds what a sweep needs
+beyond Hydra:
+
+- ``SweepMonitor``, a Hydra callback that lives in the launching process, whatever the launcher
+  (local joblib workers, a Ray cluster). It counts the jobs from the sweep's overrides, shows
+  jobs done, failed and the time left while they run (by watching the job folders, where a
+  finished job has ``summary.json`` and a failed one ``error.txt``), and at the end prints one
+  screen ranking the configurations that meet the SLO by cost.
+
+Whether a job folder already holds its run (resume) is ``sim.sweeps.resume``.
+
+Left out: scheduling jobs by expected cost, retries of failed jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from sim.output.run_files import CONFIG_FILE, ERROR_FILE, SUMMARY_FILE
+
+
+def count_jobs(task_overrides: list[str]) -> int:
+    """Jobs a basic sweep over ``task_overrides`` launches: the product of the sweep sizes."""
+    parsed = OverridesParser.create().parse_overrides(list(task_overrides))
+    return prod(len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
+                for o in parsed)
+
+
+def swept_keys(task_overrides: list[str]) -> set[str]:
+    """The keys a sweep varies (``fleet.replicas`` in ``fleet.replicas=1,2``)."""
+    parsed = OverridesParser.create().parse_overrides(list(task_overrides))
+    return {o.key_or_group for o in parsed if o.is_sweep_override()}
+
+
+def _job_dirs(sweep_dir: Path) -> list[Path]:
+    return [p for p in sweep_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def _count(sweep_dir: Path, marker: str) -> int:
+    if not sweep_dir.is_dir():
+        return 0
+    return sum(1 for d in _job_dirs(sweep_dir) if (d / marker).exists())
+
+
+def rank_table(sweep_dir: Path, min_slo_attainment: float, width: int = 8,
+               keys: set[str] | None = None) -> str:
+    """One screen: the cheapest configurations that meet the SLO, cheapest first; each named
+    by its overrides of ``keys`` (all of them when None)."""
+    rows, missed, failed = [], 0, 0
+    for job in sorted(_job_dirs(sweep_dir), key=lambda p: (len(p.name), p.name)):
+        if (job / ERROR_FILE).exists():
+            failed += 1
+            continue
+        if not (job / SUMMARY_FILE).exists():
+            continue
+        s = json.loads((job / SUMMARY_FILE).read_text())
+        overrides_file = job / ".hydra" / "overrides.yaml"
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
+        label = " ".join(o for o in overrides or []
+                         if keys is None or o.split("=")[0].lstrip("+~") in keys) or job.name
+        attained = slo_attainment(s)
+        if attained is None or attained < min_slo_attainment:
+            missed += 1
+            continue
+        cost = s["cost"]
+        rows.append((cost["usd_per_hour"], cost.get("usd_per_million_output_tokens") or 0.0,
+                     job.name, label, attained, s["ttft_s"]["p99"], s["tpot_s"]["p99"]))
+    rows.sort()
+    lines = [f"{len(rows)} configuration(s) meet the SLO for >= {min_slo_attainment:.0%} of "
+             f"requests; {missed} miss it; {failed} failed. Cheapest first:"]
+    if rows:
+        lines.append(f"{'job':>5} {'$/hour':>9} {'$/M out':>8} {'SLO met':>8} {'TTFT p99':>9} "
+                     f"{'TPOT p99':>9}  overrides")
+        for usd_h, usd_m, name, label, attained, ttft, tpot in rows[:width]:
+            lines.append(f"{name:>5} {usd_h:9.2f} {usd_m:8.3f} {attained:8.1%} {ttft:8.3f}s "
+                         f"{(tpot or 0):8.4f}s  {label}")
+        if len(rows) > width:
+            lines.append(f"... and {len(rows) - width} more (fleetcast collect {sweep_dir})")
+    return "\n".join(lines)
+
+
+def slo_attainment(summary: dict) -> float | None:
+    """Share of all requests (rejected and unfinished included) that met every SLO bound."""
+    good, span, n = (summary.get("goodput_requests_per_s"), summary.get("duration_s"),
+                     summary.get("num_requests"))
+    if good is None or not span or not n:
+        return None
+    return good * span / n
+
+
+class SweepMonitor(Callback):
+    """Progress while a sweep runs, and the ranking table when it ends (parent process only)."""
+
+    def __init__(self, min_slo_attainment: float = 0.99, poll_s: float = 0.5,
+                 table_rows: int = 8):
+        self.min_slo_attainment = float(min_slo_attainment)
+        self.poll_s = float(poll_s)
+        self.table_rows = int(table_rows)
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict:
+        # Launchers pickle the callbacks along with each job; the watcher stays home.
+        return {**self.__dict__, "_stop": None, "_thread": None}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        total = count_jobs(list(config.hydra.overrides.task))
+        # Jobs already complete (a resumed sweep) are not counted as work still to do.
+        before = _count(sweep_dir, SUMMARY_FILE)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        args=(sweep_dir, total, before))
+        self._thread.start()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        sweep_dir = Path(config.hydra.sweep.dir)
+        print(rank_table(sweep_dir, self.min_slo_attainment, self.table_rows,
+                         swept_keys(list(config.hydra.overrides.task))), flush=True)
+        failed = _count(sweep_dir, ERROR_FILE)
+        if failed:  # the others ran; the command still says something went wrong
+            print(f"{failed} job(s) failed: see {sweep_dir}/*/{ERROR_FILE}", file=sys.stderr)
+            raise SystemExit(1)
+
+    def _watch(self, sweep_dir: Path, total: int, before: int) -> None:
+        start = time.monotonic()
+        shown = ""
+        while True:
+            stopping = self._stop.wait(self.poll_s)
+            done = _count(sweep_dir, SUMMARY_FILE)
+            failed = _count(sweep_dir, ERROR_FILE)
+            new = max(done - before, 0)
+            elapsed = time.monotonic() - start
+            left = total - done - failed
+            eta = f"{elapsed / new * left:.0f} s left" if new and left > 0 else "-"
+            line = (f"sweep: {done}/{total} done, {failed} failed, {elapsed:.0f} s elapsed, "
+                    f"{eta}")
+            if sys.stderr.isatty():
+                print("\r" + line.ljust(len(shown)), end="", file=sys.stderr, flush=True)
+            elif line.split(",")[0] != shown.split(",")[0] or stopping:
+                # no terminal: one line per change in the done count, not a repainting bar
+                print(line, file=sys.stderr, flush=True)
+            shown = line
+            if stopping:
+                if sys.stderr.isatty():
+                    print(file=sys.stderr)
+                return
