@@ -17,8 +17,11 @@ DATA_PACKAGES = {"sim.configs": "configs", "sim.data": "data"}
 def folder_packages(package: str, folder: str) -> list[str]:
     """``package`` and one package per subfolder of ``folder`` (caches and hidden ones aside)."""
     base = ROOT / folder
-    subfolders = sorted(p for p in base.rglob("*") if p.is_dir()
-                        and not any(part.startswith(("_", ".")) for part in p.relative_to(base).parts))
+    subfolders = sorted(
+        p
+        for p in base.rglob("*")
+        if p.is_dir() and not any(part.startswith(("_", ".")) for part in p.relative_to(base).parts)
+    )
     return [package] + [".".join((package, *p.relative_to(base).parts)) for p in subfolders]
 
 
@@ -26,7 +29,11 @@ setup(
     # hydra_plugins is a namespace package that Hydra's plugins share
     packages=find_packages(include=["sim", "sim.*"])
     + find_namespace_packages(include=["hydra_plugins", "hydra_plugins.*"])
-    + [name for package, folder in DATA_PACKAGES.items() for name in folder_packages(package, folder)],
+    + [
+        name
+        for package, folder in DATA_PACKAGES.items()
+        for name in folder_packages(package, folder)
+    ],
     package_dir=DATA_PACKAGES,
     package_data={"sim.configs": ["**/*.yaml"], "sim.data": ["**/*"]},
     exclude_package_data={"": ["__pycache__/*", "*.pyc"]},

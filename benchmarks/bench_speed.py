@@ -30,21 +30,43 @@ from sim.config.compose import compose_config
 from sim.fleet.cluster import Cluster
 
 SCENARIOS = {
-    "a": ["model=llama2_7b", "hardware=a100_80g", "fleet.replicas=1", "scheduler=vllm",
-          "workload=poisson", "workload.num_requests=20000", "workload.qps=6",
-          "workload.prompt_tokens=512", "workload.output_tokens=128"],
-    "b": ["model=llama2_7b", "hardware=a100_80g", "fleet.replicas=1", "scheduler=vllm",
-          "workload=poisson", "workload.num_requests=20000", "workload.qps=1",
-          "workload.prompt_tokens=512", "workload.output_tokens=1024"],
-    "c": ["model=llama31_8b", "hardware=h100_sxm", "fleet.replicas=4", "scheduler=vllm",
-          "workload=azure_conv", "workload.duration_s=null"],
+    "a": [
+        "model=llama2_7b",
+        "hardware=a100_80g",
+        "fleet.replicas=1",
+        "scheduler=vllm",
+        "workload=poisson",
+        "workload.num_requests=20000",
+        "workload.qps=6",
+        "workload.prompt_tokens=512",
+        "workload.output_tokens=128",
+    ],
+    "b": [
+        "model=llama2_7b",
+        "hardware=a100_80g",
+        "fleet.replicas=1",
+        "scheduler=vllm",
+        "workload=poisson",
+        "workload.num_requests=20000",
+        "workload.qps=1",
+        "workload.prompt_tokens=512",
+        "workload.output_tokens=1024",
+    ],
+    "c": [
+        "model=llama31_8b",
+        "hardware=h100_sxm",
+        "fleet.replicas=4",
+        "scheduler=vllm",
+        "workload=azure_conv",
+        "workload.duration_s=null",
+    ],
 }
 
 
 class TimedCluster(Cluster):
     """Records the wall time and SimPy event count of ``run`` alone."""
 
-    last: "TimedCluster | None" = None
+    last: TimedCluster | None = None
 
     def run(self):
         t0 = time.perf_counter()
@@ -67,27 +89,38 @@ def bench(name: str, overrides: list[str], repeat: int) -> float:
         loop_s = min(loop_s, TimedCluster.last.loop_s)
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "sim", *overrides, f"output_dir={out}"],
-                           cwd=out, check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "sim", *overrides, f"output_dir={out}"],
+                cwd=out,
+                check=True,
+                capture_output=True,
+            )
             process_s = min(process_s, time.perf_counter() - t0)
     events = TimedCluster.last.num_events
     n_req = result.summary["num_requests"]
     n_steps = result.summary["num_steps"]
-    print(f"({name}) {n_req:,} requests, {n_steps:,} steps, {events:,} SimPy events, "
-          f"{result.summary['duration_s']:,.0f} s simulated (best of {repeat})")
-    print(f"    loop:     {loop_s:6.2f} s  {n_req / loop_s:9,.0f} req/s  "
-          f"{n_steps / loop_s:10,.0f} steps/s  {events / loop_s:9,.0f} events/s")
+    print(
+        f"({name}) {n_req:,} requests, {n_steps:,} steps, {events:,} SimPy events, "
+        f"{result.summary['duration_s']:,.0f} s simulated (best of {repeat})"
+    )
+    print(
+        f"    loop:     {loop_s:6.2f} s  {n_req / loop_s:9,.0f} req/s  "
+        f"{n_steps / loop_s:10,.0f} steps/s  {events / loop_s:9,.0f} events/s"
+    )
     print(f"    simulate: {simulate_s:6.2f} s  {n_req / simulate_s:9,.0f} req/s")
-    print(f"    process:  {process_s:6.2f} s  {n_req / process_s:9,.0f} req/s  "
-          "(python -m sim, files written)")
+    print(
+        f"    process:  {process_s:6.2f} s  {n_req / process_s:9,.0f} req/s  "
+        "(python -m sim, files written)"
+    )
     sys.stdout.flush()
     return loop_s / n_req
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenarios", nargs="*", metavar="{a,b,c}",
-                        help="which scenarios (default: all)")
+    parser.add_argument(
+        "scenarios", nargs="*", metavar="{a,b,c}", help="which scenarios (default: all)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
     args = parser.parse_args()
     for key in args.scenarios:

@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 GRID = {
     "hardware": ["h100_sxm", "h200"],
     "precision.weights": ["bf16", "fp8"],
@@ -33,8 +32,12 @@ GRID = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs to run (a prefix of the grid)")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="parallel jobs (2: the figure is for a 2-core machine)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="parallel jobs (2: the figure is for a 2-core machine)",
+    )
     args = parser.parse_args()
     grid = dict(GRID)
     # shrink the last axes first until the grid has at most --jobs combinations
@@ -43,16 +46,25 @@ def main() -> None:
         grid[key] = grid[key][:-1]
     n = _size(grid)
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "sim", "-m", *(f"{k}={','.join(v)}" for k, v in grid.items()),
-               f"hydra.launcher.n_jobs={args.workers}", f"output_dir={out}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sim",
+            "-m",
+            *(f"{k}={','.join(v)}" for k, v in grid.items()),
+            f"hydra.launcher.n_jobs={args.workers}",
+            f"output_dir={out}",
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             sys.exit(f"sweep failed:\n{proc.stderr[-2000:]}")
         done = sum(1 for p in Path(out).iterdir() if (p / "summary.json").exists())
-    print(f"{done}/{n} jobs in {wall:.1f} s with {args.workers} workers on {os.cpu_count()} "
-          f"cores: {done / wall * 60:.0f} jobs/minute (target: 200 jobs in under 120 s)")
+    print(
+        f"{done}/{n} jobs in {wall:.1f} s with {args.workers} workers on {os.cpu_count()} "
+        f"cores: {done / wall * 60:.0f} jobs/minute (target: 200 jobs in under 120 s)"
+    )
 
 
 def _size(grid: dict) -> int:

@@ -22,7 +22,7 @@ How the benchmark and server ran is not recorded, so these are assumed:
   request queued gives. Why the benchmark behaved so is not known.
 - At most two prompts are prefilled per step (`scheduler.max_prefills_per_step=2`): prompts
   that arrive together do not all run in one long step.
-- The server's host side streams one token per 80 us (`frontend.token_s`, sim/frontend.py).
+- The server's host side streams one token per 80 us (`frontend.token_s`, sim/fleet/frontend.py).
   At high throughput the measured runs hit a ceiling that does not move from TP 2 to TP 8
   (about 9,200 output tokens/s at 1,024/512), so the host, not the GPU, sets the pace there.
 
@@ -76,7 +76,7 @@ class Setup:
 
     profile: str = str(PROFILE)
     frontend_token_s: float = 80e-6  # host seconds per streamed token
-    queued: int = 1                  # requests waiting in front of the engine
+    queued: int = 1  # requests waiting in front of the engine
     prefills_per_step: int | None = 2  # most prompts prefilled in one step; None: any number
 
 
@@ -92,18 +92,28 @@ def simulate_run(args: tuple) -> tuple[float, float]:
     """(mean TTFT, mean TPOT) in ms of one measured run, simulated."""
     row, setup, per_slot = args
     overrides = [
-        "model=llama31_8b", "hardware=h100_sxm", "precision.weights=bf16", "precision.kv=bf16",
-        f"fleet.tp={row['tp_size']}", "fleet.replicas=1", "step_time=calibrated",
-        "step_time.backend=trtllm", f"step_time.profile={setup.profile}",
-        "scheduler=vllm", "scheduler.enable_chunked_prefill=false",
+        "model=llama31_8b",
+        "hardware=h100_sxm",
+        "precision.weights=bf16",
+        "precision.kv=bf16",
+        f"fleet.tp={row['tp_size']}",
+        "fleet.replicas=1",
+        "step_time=calibrated",
+        "step_time.backend=trtllm",
+        f"step_time.profile={setup.profile}",
+        "scheduler=vllm",
+        "scheduler.enable_chunked_prefill=false",
         "scheduler.max_num_batched_tokens=8192",
         f"scheduler.max_num_seqs={max(1, row['concurrency'] - setup.queued)}",
         f"scheduler.max_prefills_per_step={setup.prefills_per_step or 'null'}",
         f"frontend.token_s={setup.frontend_token_s!r}",
-        "workload=closed_loop", f"workload.concurrency={row['concurrency']}",
+        "workload=closed_loop",
+        f"workload.concurrency={row['concurrency']}",
         f"workload.num_requests={row['concurrency'] * per_slot}",
-        f"workload.prompt_tokens={row['isl']}", f"workload.output_tokens={row['osl']}",
-        "sim.progress=false"]
+        f"workload.prompt_tokens={row['isl']}",
+        f"workload.output_tokens={row['osl']}",
+        "sim.progress=false",
+    ]
     cfg = compose_config(overrides)
     s = simulate(cfg).summary
     return s["ttft_s"]["mean"] * 1e3, s["tpot_s"]["mean"] * 1e3
@@ -133,8 +143,10 @@ TTFT_TARGET, TPOT_TARGET = 0.25, 0.08  # issue 3's targets for the MAPEs
 
 def mapes(runs: pd.DataFrame, sim: np.ndarray) -> tuple[float, float]:
     """(TTFT MAPE, TPOT MAPE) of ``sim`` against the measured runs."""
-    return (errors(sim[:, 0], runs.measured_ttft_ms.to_numpy())[0],
-            errors(sim[:, 1], runs.measured_tpot_ms.to_numpy())[0])
+    return (
+        errors(sim[:, 0], runs.measured_ttft_ms.to_numpy())[0],
+        errors(sim[:, 1], runs.measured_tpot_ms.to_numpy())[0],
+    )
 
 
 def _best(runs: pd.DataFrame, per_slot: int, candidates: dict[str, Setup]) -> Setup:
@@ -154,45 +166,68 @@ def fit(runs: pd.DataFrame, per_slot: int, scratch: Path) -> Setup:
     defaults or the groups fitted before it; the profile it names is in ``scratch``."""
     setup = Setup()
     candidates = {}
-    for c0_ms, latency_us, exponent in itertools.product(C0_GRID_MS, ALLREDUCE_GRID_US,
-                                                         TP_EXPONENT_GRID):
-        path = with_step_terms(c0_ms / 1e3, latency_us / 1e6, exponent,
-                               scratch / f"fit_{c0_ms}_{latency_us}_{exponent}.json")
+    for c0_ms, latency_us, exponent in itertools.product(
+        C0_GRID_MS, ALLREDUCE_GRID_US, TP_EXPONENT_GRID
+    ):
+        path = with_step_terms(
+            c0_ms / 1e3,
+            latency_us / 1e6,
+            exponent,
+            scratch / f"fit_{c0_ms}_{latency_us}_{exponent}.json",
+        )
         label = f"c0 {c0_ms:.1f} ms, all-reduce {latency_us:4.1f} us, tp exponent {exponent:.2f}"
         candidates[label] = replace(setup, profile=str(path))
     setup = _best(runs, per_slot, candidates)
-    setup = _best(runs, per_slot, {f"frontend {us:5.1f} us per token":
-                                   replace(setup, frontend_token_s=us / 1e6)
-                                   for us in FRONTEND_GRID_US})
-    setup = _best(runs, per_slot, {f"{q} queued": replace(setup, queued=q)
-                                   for q in QUEUED_GRID})
-    return _best(runs, per_slot, {f"prefills per step {n or 'any'}":
-                                  replace(setup, prefills_per_step=n)
-                                  for n in PREFILLS_PER_STEP_GRID})
+    setup = _best(
+        runs,
+        per_slot,
+        {
+            f"frontend {us:5.1f} us per token": replace(setup, frontend_token_s=us / 1e6)
+            for us in FRONTEND_GRID_US
+        },
+    )
+    setup = _best(runs, per_slot, {f"{q} queued": replace(setup, queued=q) for q in QUEUED_GRID})
+    return _best(
+        runs,
+        per_slot,
+        {
+            f"prefills per step {n or 'any'}": replace(setup, prefills_per_step=n)
+            for n in PREFILLS_PER_STEP_GRID
+        },
+    )
 
 
 def report(runs: pd.DataFrame, sim: np.ndarray, label: str) -> None:
     print(f"\n{label} ({len(runs)} runs)")
     print(f"{'':14}{'TTFT MAPE':>11}{'median':>9}{'TPOT MAPE':>11}{'median':>9}")
-    for name, ttft, tpot in (("fleetcast", sim[:, 0], sim[:, 1]),
-                             ("aiconfigurator", runs.aic_ttft_ms.to_numpy(),
-                              runs.aic_tpot_ms.to_numpy())):
+    for name, ttft, tpot in (
+        ("fleetcast", sim[:, 0], sim[:, 1]),
+        ("aiconfigurator", runs.aic_ttft_ms.to_numpy(), runs.aic_tpot_ms.to_numpy()),
+    ):
         t_mape, t_med = errors(ttft, runs.measured_ttft_ms.to_numpy())
         p_mape, p_med = errors(tpot, runs.measured_tpot_ms.to_numpy())
         print(f"{name:14}{t_mape:11.1%}{t_med:9.1%}{p_mape:11.1%}{p_med:9.1%}")
-    table = pd.DataFrame({"tp": runs.tp_size.to_numpy(), "concurrency": runs.concurrency.to_numpy(),
-                          "ttft": np.abs(sim[:, 0] / runs.measured_ttft_ms.to_numpy() - 1),
-                          "tpot": np.abs(sim[:, 1] / runs.measured_tpot_ms.to_numpy() - 1)})
+    table = pd.DataFrame(
+        {
+            "tp": runs.tp_size.to_numpy(),
+            "concurrency": runs.concurrency.to_numpy(),
+            "ttft": np.abs(sim[:, 0] / runs.measured_ttft_ms.to_numpy() - 1),
+            "tpot": np.abs(sim[:, 1] / runs.measured_tpot_ms.to_numpy() - 1),
+        }
+    )
     for key in ("tp", "concurrency"):
         parts = table.groupby(key)[["ttft", "tpot"]].mean()
-        print(f"  fleetcast MAPE by {key}: " + "; ".join(
-            f"{k} TTFT {r.ttft:.0%} TPOT {r.tpot:.0%}" for k, r in parts.iterrows()))
+        print(
+            f"  fleetcast MAPE by {key}: "
+            + "; ".join(f"{k} TTFT {r.ttft:.0%} TPOT {r.tpot:.0%}" for k, r in parts.iterrows())
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true",
-                        help="refit the global terms on the even-numbered runs")
+    parser.add_argument(
+        "--fit", action="store_true", help="refit the global terms on the even-numbered runs"
+    )
     parser.add_argument("--requests-per-slot", type=int, default=10)
     parser.add_argument("--per-run", action="store_true", help="print every run")
     args = parser.parse_args()
@@ -203,7 +238,7 @@ def main() -> None:
 def evaluate(args: argparse.Namespace, scratch: Path) -> None:
     runs = pd.read_csv(RUNS)
     print("held-out step-time error of each shipped profile (kernel rows left out of the fit):")
-    for path in sorted(PROFILE_DIR.glob("*.json")):
+    for path in sorted(shipped_profile_dir().glob("*.json")):
         err = Profile.load(path).holdout_error.get("step_time")
         if err:
             print(f"  {path.stem:58} MAPE {err['mape']:6.2%}  max {err['max_ape']:6.2%}")
@@ -213,21 +248,41 @@ def evaluate(args: argparse.Namespace, scratch: Path) -> None:
         print(f"fitting on the {len(fit_runs)} even-numbered runs:")
         setup = fit(fit_runs, args.requests_per_slot, scratch)
         held = runs.iloc[1::2]
-        report(held, simulate_all(held, setup, args.requests_per_slot),
-               "held-out runs (odd-numbered, not used in the fit)")
+        report(
+            held,
+            simulate_all(held, setup, args.requests_per_slot),
+            "held-out runs (odd-numbered, not used in the fit)",
+        )
     sim = simulate_all(runs, setup, args.requests_per_slot)
     report(runs, sim, "all runs")
     if args.per_run:
-        table = runs[["isl", "osl", "concurrency", "tp_size", "measured_ttft_ms",
-                      "aic_ttft_ms", "measured_tpot_ms", "aic_tpot_ms"]].copy()
+        table = runs[
+            [
+                "isl",
+                "osl",
+                "concurrency",
+                "tp_size",
+                "measured_ttft_ms",
+                "aic_ttft_ms",
+                "measured_tpot_ms",
+                "aic_tpot_ms",
+            ]
+        ].copy()
         table["sim_ttft_ms"], table["sim_tpot_ms"] = sim[:, 0], sim[:, 1]
         print(table.round(1).to_string())
     fitted = Profile.load(setup.profile).coefficients
-    print(json.dumps({"c0_s": fitted["c0"],
-                      "c_allreduce_latency_s": fitted.get("c_allreduce_latency", 0.0),
-                      TP_EXPONENT: fitted.get(TP_EXPONENT, 1.0),
-                      "frontend_token_s": setup.frontend_token_s, "queued": setup.queued,
-                      "prefills_per_step": setup.prefills_per_step}))
+    print(
+        json.dumps(
+            {
+                "c0_s": fitted["c0"],
+                "c_allreduce_latency_s": fitted.get("c_allreduce_latency", 0.0),
+                TP_EXPONENT: fitted.get(TP_EXPONENT, 1.0),
+                "frontend_token_s": setup.frontend_token_s,
+                "queued": setup.queued,
+                "prefills_per_step": setup.prefills_per_step,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

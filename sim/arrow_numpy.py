@@ -18,10 +18,10 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
         return np.asarray(array.to_pylist(), dtype=object)  # callers reject these as not numeric
     n, offset = len(array), array.offset
     values = np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype())
-    values = values[offset:offset + n]
+    values = values[offset : offset + n]
     if array.null_count:
         bits = np.unpackbits(np.frombuffer(array.buffers()[0], np.uint8), bitorder="little")
-        values = np.where(bits[offset:offset + n].astype(bool), values, np.nan)
+        values = np.where(bits[offset : offset + n].astype(bool), values, np.nan)
     return values
 
 
@@ -35,8 +35,9 @@ def numpy_to_arrow(values: np.ndarray, type_: pa.DataType) -> pa.Array:
         null_count = int(missing.sum())
         if null_count:
             validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
-    return pa.Array.from_buffers(type_, len(values), [validity, pa.py_buffer(values)],
-                                 null_count=null_count)
+    return pa.Array.from_buffers(
+        type_, len(values), [validity, pa.py_buffer(values)], null_count=null_count
+    )
 
 
 def strings_to_arrow(values: list[str]) -> pa.Array:
@@ -44,5 +45,6 @@ def strings_to_arrow(values: list[str]) -> pa.Array:
     encoded = [v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(encoded),
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )

@@ -4,8 +4,10 @@
     fleetcast memory [overrides]           print the memory plan of one replica
     fleetcast collect SWEEP_DIR [--out PATH] [--no-requests]
                                            a sweep's runs as one Parquet dataset
-    fleetcast calibrate (--steps CSV | --kernels DIR) [overrides] [--backend B] [--out PATH]
-                                           fit a step-time profile (step_time=calibrated)
+    fleetcast calibrate (--steps CSV | --kernels DIR --c0 S) [overrides] [--backend B]
+                        [--out PATH] [--force]
+                                           fit a step-time profile (step_time=calibrated);
+                                           DIR may be shipped:calibration
     fleetcast profile model=NAME --out CSV [--device D] [--dtype T] [--layers N]
                                            time engine steps with PyTorch (the calibrate CSV)
 
@@ -17,6 +19,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
+
+from omegaconf import DictConfig
 
 from sim.config.compose import check_overrides
 from sim.errors import ConfigError, require
@@ -26,12 +31,12 @@ COMMANDS = ("run", "memory", "collect", "calibrate", "profile")
 USAGE = __doc__
 
 
-def _fail(err: ConfigError) -> None:
+def _fail(err: ConfigError) -> NoReturn:
     print(f"error: {err}", file=sys.stderr)
     sys.exit(2)
 
 
-def _run_task(cfg) -> None:
+def _run_task(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -48,7 +53,7 @@ def _run_task(cfg) -> None:
         _fail(err)
 
 
-def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
+def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -> None:
     from sim.output.run_files import SUMMARY_FILE, write_run
     from sim.output.summary_table import format_summary
     from sim.run import simulate
@@ -60,11 +65,11 @@ def _simulate_into(cfg, output_dir: Path, choices: dict) -> None:
     print(format_summary(result.summary, result.config, str(output_dir), choices))
 
 
-def _sweep_job(cfg, job_dir: Path, choices: dict) -> None:
+def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
     """One job of a sweep: skipped when its folder already holds this exact run (resume); a
     bad configuration is recorded in error.txt and does not stop the other jobs."""
-    from sim.output.run_files import ERROR_FILE
     from sim.config.compose import to_dict
+    from sim.output.run_files import ERROR_FILE
     from sim.sweeps.resume import job_status
 
     if job_status(job_dir, to_dict(cfg)) == "complete":
@@ -102,9 +107,9 @@ def _hydra_dirs(argv: list[str]) -> list[str]:
 
 
 def _memory(overrides: list[str]) -> None:
-    from sim.config.compose import compose_config
-    from sim.catalog.memory import format_plan
     from sim.catalog.deployment import build_deployment
+    from sim.catalog.memory import format_plan
+    from sim.config.compose import compose_config
 
     cfg = compose_config(overrides)
     try:
@@ -114,16 +119,22 @@ def _memory(overrides: list[str]) -> None:
     asked = cfg["memory"].get("request_tokens")
     if asked is not None:
         try:
-            require(isinstance(asked, int) and asked >= 1, "memory.request_tokens", asked,
-                    "must be an integer >= 1")
+            require(
+                isinstance(asked, int) and asked >= 1,
+                "memory.request_tokens",
+                asked,
+                "must be an integer >= 1",
+            )
         except ConfigError as err:
             _fail(err)
         lengths = [asked]
     else:
-        lengths = [n for n in (512, 2048, 8192, 32768, 131072)
-                   if n <= dep.model.max_context_tokens]
-    print(format_plan(dep.memory, dep.model, dep.gpu, dep.weights_precision, dep.kv_precision,
-                      lengths))
+        lengths = [n for n in (512, 2048, 8192, 32768, 131072) if n <= dep.model.max_context_tokens]
+    print(
+        format_plan(
+            dep.memory, dep.model, dep.gpu, dep.weights_precision, dep.kv_precision, lengths
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ class ConfigError(ValueError):
     ``str(err)`` is one line: ``field=value: reason``.
     """
 
-    def __init__(self, field: str, value: object, reason: str):
+    def __init__(self, field: str, value: object, reason: str) -> None:
         self.field = field
         self.value = value
         self.reason = reason

@@ -1,9 +1,10 @@
 """Where Fleetcast's shipped configs and data are, in a checkout and in an installed copy alike.
 
 ``configs/`` and ``data/`` sit at the top of the repository and travel inside the package as
-``sim.configs`` and ``sim.data`` (pyproject.toml maps them; an editable install maps them to
-the checkout's folders). They are found through the import system, never through the current
-directory, so ``fleetcast`` runs the same from any folder.
+``sim.configs`` and ``sim.data`` (setup.py maps them; an editable install maps them to the
+checkout's folders). They are found through the import system, or beside the ``sim`` folder of
+a checkout that was never installed, never through the current directory, so ``fleetcast`` runs
+the same from any folder.
 
 A shipped data file is named in configs as ``shipped:<path under data/>``, for example
 ``shipped:traces/azure_llm_2023_conv.parquet``. Any other path is the user's: a relative one
@@ -22,22 +23,25 @@ SHIPPED_PREFIX = "shipped:"
 
 
 @cache
-def _package_dir(package: str) -> Path:
+def _package_dir(package: str, checkout_folder: str) -> Path:
     # find_spec locates the folder without importing it (no __pycache__ among the configs)
     spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"{package} is missing: Fleetcast is not installed (pip install .)")
-    return Path(next(iter(spec.submodule_search_locations)))
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    beside = Path(__file__).resolve().parents[1] / checkout_folder  # a checkout, not installed
+    if (beside / "__init__.py").is_file():
+        return beside
+    raise RuntimeError(f"{package} is missing: reinstall Fleetcast (pip install fleetcast)")
 
 
 def config_dir() -> Path:
     """The folder of Fleetcast's Hydra configs (``configs/`` in a checkout)."""
-    return _package_dir("sim.configs")
+    return _package_dir("sim.configs", "configs")
 
 
 def data_dir() -> Path:
     """The folder of the data Fleetcast ships: traces, profiles, calibration tables."""
-    return _package_dir("sim.data")
+    return _package_dir("sim.data", "data")
 
 
 def is_shipped(path: object) -> bool:
@@ -47,6 +51,22 @@ def is_shipped(path: object) -> bool:
 def shipped_path(name: str) -> Path:
     """The file or folder a ``shipped:NAME`` reference names."""
     return data_dir() / name.removeprefix(SHIPPED_PREFIX)
+
+
+DATA_SUFFIXES = (".parquet", ".csv", ".json")
+
+
+def _shipped(kind: str, asked: str) -> list[str]:
+    """What a ``shipped:`` reference of ``kind`` can name: data files (those of the folder
+    ``asked`` names, when it is a shipped folder), or the folders."""
+    base = data_dir()
+    if kind == "folder":
+        found = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))]
+    else:
+        folder = asked.removeprefix(SHIPPED_PREFIX).split("/")[0]
+        pattern = f"{folder}/*" if folder and (base / folder).is_dir() else "*/*"
+        found = [p for p in base.glob(pattern) if p.suffix in DATA_SUFFIXES]
+    return sorted(SHIPPED_PREFIX + p.relative_to(base).as_posix() for p in found)
 
 
 def resolve_path(path: object, field: str, *, kind: str = "file") -> Path:
@@ -62,12 +82,15 @@ def resolve_path(path: object, field: str, *, kind: str = "file") -> Path:
     if exists:
         return found.resolve()
     if is_shipped(path):
-        listing = sorted(f"{SHIPPED_PREFIX}{p.relative_to(data_dir()).as_posix()}"
-                         for p in data_dir().glob("*/*") if not p.name.startswith(("_", ".")))
-        raise ConfigError(field, str(path), f"no such shipped {kind}; shipped: "
-                                            + ", ".join(listing))
+        raise ConfigError(
+            field,
+            str(path),
+            f"no such shipped {kind}; shipped: " + ", ".join(_shipped(kind, str(path))),
+        )
     hint = ""
     if not found.is_absolute() and str(path).startswith("data/"):
-        hint = (f" (relative to {Path.cwd()}; a file Fleetcast ships is named "
-                f"{SHIPPED_PREFIX}{str(path).removeprefix('data/')})")
+        hint = (
+            f" (relative to {Path.cwd()}; a file Fleetcast ships is named "
+            f"{SHIPPED_PREFIX}{str(path).removeprefix('data/')})"
+        )
     raise ConfigError(field, str(path), f"{kind} not found{hint}")

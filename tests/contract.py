@@ -22,15 +22,41 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-REQUEST_COLUMNS = ("request_id", "replica_id", "arrival_time_s", "prompt_tokens",
-                   "output_tokens", "status", "first_token_time_s", "completion_time_s", "ttft_s",
-                   "tpot_s", "e2e_s", "num_preemptions")
-STEP_COLUMNS = ("replica_id", "start_time_s", "duration_s", "num_prefill_tokens",
-                "num_decode_tokens", "num_seqs", "kv_blocks_used")
+REQUEST_COLUMNS = (
+    "request_id",
+    "replica_id",
+    "arrival_time_s",
+    "prompt_tokens",
+    "output_tokens",
+    "status",
+    "first_token_time_s",
+    "completion_time_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "num_preemptions",
+)
+STEP_COLUMNS = (
+    "replica_id",
+    "start_time_s",
+    "duration_s",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_seqs",
+    "kv_blocks_used",
+)
 DISTRIBUTIONS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 STATS = ("mean", "p50", "p90", "p95", "p99")
-SUMMARY_KEYS = ("throughput", "goodput_requests_per_s", "completed", "rejected", "unfinished",
-                "num_gpus", "kv_capacity_tokens", "cost")
+SUMMARY_KEYS = (
+    "throughput",
+    "goodput_requests_per_s",
+    "completed",
+    "rejected",
+    "unfinished",
+    "num_gpus",
+    "kv_capacity_tokens",
+    "cost",
+)
 STATUSES = {"completed", "rejected", "unfinished"}
 EPS = 1e-9
 
@@ -43,22 +69,33 @@ def _numpy(table: pa.Table) -> dict[str, np.ndarray]:
         if pa.types.is_string(column.type):
             out[name] = np.asarray(column.to_pylist(), dtype=object)
         else:
-            out[name] = column.to_numpy() if column.null_count == 0 else np.asarray(
-                column.to_pylist(), dtype=float)
+            out[name] = (
+                column.to_numpy()
+                if column.null_count == 0
+                else np.asarray(column.to_pylist(), dtype=float)
+            )
     return out
 
 
-def table_problems(requests: pa.Table, steps: pa.Table, summary: dict, *,
-                   kv_blocks_per_model: list[int] | None = None,
-                   prefix_caching: bool = False) -> list[str]:
+def table_problems(
+    requests: pa.Table,
+    steps: pa.Table,
+    summary: dict,
+    *,
+    kv_blocks_per_model: list[int] | None = None,
+    prefix_caching: bool = False,
+) -> list[str]:
     """The invariants on a run's two tables and its summary (see the module docstring).
 
     ``kv_blocks_per_model`` is each model's KV pool in blocks (None: not checked)."""
     bad = [f"requests lack column {c}" for c in REQUEST_COLUMNS if c not in requests.column_names]
     bad += [f"steps lack column {c}" for c in STEP_COLUMNS if c not in steps.column_names]
     bad += [f"summary lacks {k}" for k in SUMMARY_KEYS if k not in summary]
-    bad += [f"summary {m} lacks {STATS}" for m in DISTRIBUTIONS
-            if not isinstance(summary.get(m), dict) or any(s not in summary[m] for s in STATS)]
+    bad += [
+        f"summary {m} lacks {STATS}"
+        for m in DISTRIBUTIONS
+        if not isinstance(summary.get(m), dict) or any(s not in summary[m] for s in STATS)
+    ]
     if bad:
         return bad
     req, st = _numpy(requests), _numpy(steps)
@@ -74,8 +111,9 @@ def table_problems(requests: pa.Table, steps: pa.Table, summary: dict, *,
     if summary.get("num_requests", n) != n:
         bad.append(f"summary num_requests={summary['num_requests']} but the table has {n} rows")
     done = status == "completed"
-    arrival, first, end = (req[k] for k in ("arrival_time_s", "first_token_time_s",
-                                             "completion_time_s"))
+    arrival, first, end = (
+        req[k] for k in ("arrival_time_s", "first_token_time_s", "completion_time_s")
+    )
     out_tokens = req["output_tokens"]
     if np.any(first[done] < arrival[done] - EPS) or np.any(end[done] < first[done] - EPS):
         bad.append("a completed request's times are out of order")
@@ -97,8 +135,11 @@ def table_problems(requests: pa.Table, steps: pa.Table, summary: dict, *,
         bad.append("a rejected request has a token")
     if not np.all(np.isnan(end[~done])):
         bad.append("a request that did not complete has a completion time")
-    for stat, value in zip(STATS[1:], np.percentile(req["ttft_s"][done], [50, 90, 95, 99])
-                           if done.any() else [None] * 4):
+    for stat, value in zip(
+        STATS[1:],
+        np.percentile(req["ttft_s"][done], [50, 90, 95, 99]) if done.any() else [None] * 4,
+        strict=True,
+    ):
         got = summary["ttft_s"][stat]
         if (value is None) != (got is None) or (value is not None and abs(got - value) > 1e-9):
             bad.append(f"summary ttft_s.{stat}={got} but the table gives {value}")
@@ -136,9 +177,11 @@ def table_problems(requests: pa.Table, steps: pa.Table, summary: dict, *,
 def run_problems(run_dir: str | Path) -> list[str]:
     """The contract and the invariants, on a run folder as written."""
     run = Path(run_dir)
-    missing = [f"missing {name}" for name in ("requests.parquet", "steps.parquet",
-                                              "summary.json", "config.yaml")
-               if not (run / name).is_file()]
+    missing = [
+        f"missing {name}"
+        for name in ("requests.parquet", "steps.parquet", "summary.json", "config.yaml")
+        if not (run / name).is_file()
+    ]
     if missing:
         return missing
     leftovers = [p.name for p in run.iterdir() if p.name.endswith(".partial")]
@@ -148,6 +191,9 @@ def run_problems(run_dir: str | Path) -> list[str]:
     config = yaml.safe_load((run / "config.yaml").read_text())
     block_size = config["kv"]["block_size"]
     capacities = summary.get("kv_capacity_tokens_per_model", [summary["kv_capacity_tokens"]])
-    return table_problems(pq.read_table(run / "requests.parquet"),
-                          pq.read_table(run / "steps.parquet"), summary,
-                          kv_blocks_per_model=[c // block_size for c in capacities])
+    return table_problems(
+        pq.read_table(run / "requests.parquet"),
+        pq.read_table(run / "steps.parquet"),
+        summary,
+        kv_blocks_per_model=[c // block_size for c in capacities],
+    )

@@ -1,9 +1,15 @@
 """Small run configurations that many tests simulate (overrides of the default config)."""
 
 # Random lengths, ~6 s of Poisson arrivals at 20 req/s on one replica.
-RANDOM = ["fleet.replicas=1", "workload=poisson", "workload.num_requests=120", "workload.qps=20",
-          "workload.prompt_tokens={dist:uniform,low:1,high:300}",
-          "workload.output_tokens={dist:uniform,low:1,high:200}", "sim.progress=false"]
+RANDOM = [
+    "fleet.replicas=1",
+    "workload=poisson",
+    "workload.num_requests=120",
+    "workload.qps=20",
+    "workload.prompt_tokens={dist:uniform,low:1,high:300}",
+    "workload.output_tokens={dist:uniform,low:1,high:200}",
+    "sim.progress=false",
+]
 TINY_KV = ["kv.num_blocks=40", "kv.block_size=16"]  # 640 tokens: forces preemptions
 SCHEDULERS = {
     "vllm": ["scheduler=vllm"],

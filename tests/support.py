@@ -22,11 +22,18 @@ def compose(*overrides: str) -> dict:
     return compose_config(list(overrides))
 
 
-def fleetcast(*args: str, cwd: Path | str, timeout: float = 300,
-              check: bool = False) -> subprocess.CompletedProcess:
+def fleetcast(
+    *args: str, cwd: Path | str, timeout: float = 300, check: bool = False
+) -> subprocess.CompletedProcess:
     """Run ``python -m sim ARGS`` in ``cwd``; the output is text."""
-    return subprocess.run([sys.executable, "-m", "sim", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=check)
+    return subprocess.run(
+        [sys.executable, "-m", "sim", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
 
 
 def option(group: str, name: str) -> dict:
@@ -34,17 +41,24 @@ def option(group: str, name: str) -> dict:
     return load_option(group, name, group)
 
 
-def deployment(model: str = "llama31_8b", hardware: str = "h100_sxm", tp: int = 1,
-               weights: str = "bf16", kv: str = "bf16") -> Deployment:
+def deployment(
+    model: str = "llama31_8b",
+    hardware: str = "h100_sxm",
+    tp: int = 1,
+    weights: str = "bf16",
+    kv: str = "bf16",
+) -> Deployment:
     """One replica's deployment from catalog names, with the default memory settings."""
-    return build_deployment({
-        "model": option("model", model),
-        "hardware": option("hardware", hardware),
-        "precision": {"weights": weights, "kv": kv},
-        "memory": option("memory", "default"),
-        "kv": {"block_size": 16, "num_blocks": None, "watermark": 0.01},
-        "fleet": {"replicas": 1, "tp": tp},
-    })
+    return build_deployment(
+        {
+            "model": option("model", model),
+            "hardware": option("hardware", hardware),
+            "precision": {"weights": weights, "kv": kv},
+            "memory": option("memory", "default"),
+            "kv": {"block_size": 16, "num_blocks": None, "watermark": 0.01},
+            "fleet": {"replicas": 1, "tp": tp},
+        }
+    )
 
 
 def columns(table: pa.Table) -> dict[str, np.ndarray]:
@@ -55,6 +69,10 @@ def columns(table: pa.Table) -> dict[str, np.ndarray]:
 def assert_good_run(result: RunResult, kv_blocks: int | None = None) -> None:
     """The contract and the invariants hold for a run still in memory (``tests.contract``);
     ``kv_blocks`` is the (one model's) KV pool in blocks, checked when given."""
-    problems = table_problems(result.requests, result.steps, result.summary,
-                              kv_blocks_per_model=None if kv_blocks is None else [kv_blocks])
+    problems = table_problems(
+        result.requests,
+        result.steps,
+        result.summary,
+        kv_blocks_per_model=None if kv_blocks is None else [kv_blocks],
+    )
     assert not problems, "; ".join(problems)

@@ -38,22 +38,39 @@ def csv_without_output_tokens(tmp_path_factory):
     return path
 
 
-TINY = ["fleet.replicas=1", "workload=poisson", "workload.num_requests=20",
-        "workload.prompt_tokens=64", "workload.output_tokens=16"]
+TINY = [
+    "fleet.replicas=1",
+    "workload=poisson",
+    "workload.num_requests=20",
+    "workload.prompt_tokens=64",
+    "workload.output_tokens=16",
+]
 
 
-@pytest.mark.parametrize("overrides, field, value", [
-    (["workload=poisson", "workload.qps=-1"], "workload.qps", "-1"),
-    ([*TINY, "kv.num_blocks=0"], "kv.num_blocks", "0"),
-    (["hardware=nope"], "hardware", "nope"),
-    (["workload=trace", "workload.path={csv}"], "workload.path", "output_tokens"),
-    ([*TINY, "scheduler.max_num_seqs=0"], "scheduler.max_num_seqs", "0"),
-    ([*TINY, "+scheduler.bogus=1"], "scheduler.bogus", "1"),
-    ([*TINY, "scheduler.bogus=1"], "scheduler.bogus", "1"),
-], ids=["negative_qps", "zero_blocks", "unknown_gpu", "trace_missing_column", "zero_seqs",
-        "unknown_option_plus", "unknown_option"])
+@pytest.mark.parametrize(
+    "overrides, field, value",
+    [
+        (["workload=poisson", "workload.qps=-1"], "workload.qps", "-1"),
+        ([*TINY, "kv.num_blocks=0"], "kv.num_blocks", "0"),
+        (["hardware=nope"], "hardware", "nope"),
+        (["workload=trace", "workload.path={csv}"], "workload.path", "output_tokens"),
+        ([*TINY, "scheduler.max_num_seqs=0"], "scheduler.max_num_seqs", "0"),
+        ([*TINY, "+scheduler.bogus=1"], "scheduler.bogus", "1"),
+        ([*TINY, "scheduler.bogus=1"], "scheduler.bogus", "1"),
+    ],
+    ids=[
+        "negative_qps",
+        "zero_blocks",
+        "unknown_gpu",
+        "trace_missing_column",
+        "zero_seqs",
+        "unknown_option_plus",
+        "unknown_option",
+    ],
+)
 def test_bad_input_fails_in_one_line_and_leaves_no_summary(
-        tmp_path, csv_without_output_tokens, overrides, field, value):
+    tmp_path, csv_without_output_tokens, overrides, field, value
+):
     out = tmp_path / "run"
     args = [o.format(csv=csv_without_output_tokens) for o in overrides]
     proc = fleetcast(*args, f"output_dir={out}", cwd=tmp_path)
@@ -84,8 +101,9 @@ def test_memory_refuses_a_model_that_does_not_fit(tmp_path):
 
 def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
     out = tmp_path / "sweep"
-    proc = fleetcast("-m", "fleet.replicas=1,2", f"output_dir={out}", "workload.duration_s=10",
-                     cwd=tmp_path)
+    proc = fleetcast(
+        "-m", "fleet.replicas=1,2", f"output_dir={out}", "workload.duration_s=10", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     summaries = [json.loads((out / str(job) / "summary.json").read_text()) for job in (0, 1)]
     assert [s["num_gpus"] for s in summaries] == [1, 2]

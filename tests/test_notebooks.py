@@ -42,8 +42,9 @@ def test_some_notebooks_exist():
 def test_notebook_runs_top_to_bottom(path: Path):
     nb = nbformat.read(path, as_version=4)
     _shrink_parameters(nb)
-    client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                                     resources={"metadata": {"path": str(REPO_ROOT)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO_ROOT)}}
+    )
     client.execute()  # raises CellExecutionError on the first failing cell
 
     code_cells = [c for c in nb.cells if c.cell_type == "code"]

@@ -29,15 +29,24 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     assert sorted(p.name for p in a.iterdir()) == sorted(names)  # no temporary files left
 
 
-@pytest.mark.parametrize("overrides", [
-    [*RANDOM, "fleet.replicas=2", "scheduler=sarathi"],
-    [*RANDOM, "fleet.replicas=2", "frontend.token_s=0.0003", "sim.horizon_s=4"],
-    [*RANDOM, *TINY_KV],
-    [*RANDOM, "placement=colocated", "placement.second_model=llama31_8b"],
-    [*RANDOM, "fleet.replicas=3", "placement=dedicated", "placement.second_model=llama2_7b",
-     "step_time=constant"],
-    [*RANDOM, "workload.prompt_tokens=5000", "kv.num_blocks=200"],  # every request rejected
-], ids=["sarathi", "frontend_horizon", "preemptions", "colocated", "dedicated", "rejected"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*RANDOM, "fleet.replicas=2", "scheduler=sarathi"],
+        [*RANDOM, "fleet.replicas=2", "frontend.token_s=0.0003", "sim.horizon_s=4"],
+        [*RANDOM, *TINY_KV],
+        [*RANDOM, "placement=colocated", "placement.second_model=llama31_8b"],
+        [
+            *RANDOM,
+            "fleet.replicas=3",
+            "placement=dedicated",
+            "placement.second_model=llama2_7b",
+            "step_time=constant",
+        ],
+        [*RANDOM, "workload.prompt_tokens=5000", "kv.num_blocks=200"],  # every request rejected
+    ],
+    ids=["sarathi", "frontend_horizon", "preemptions", "colocated", "dedicated", "rejected"],
+)
 def test_written_runs_keep_the_contract(tmp_path, overrides):
     out = write_run(simulate(compose(*overrides)), tmp_path / "run")
     assert run_problems(out) == []
@@ -66,19 +75,39 @@ def _set(table, name, values):
     return table.set_column(index, name, pa.array(values, table.schema.field(name).type))
 
 
-@pytest.mark.parametrize("file, change, problem", [
-    ("requests.parquet", lambda t: t.slice(1), "request ids are not 0..n-1"),
-    ("requests.parquet", lambda t: _set(t, "status", ["done"] + t["status"].to_pylist()[1:]),
-     "unknown status"),
-    ("requests.parquet",
-     lambda t: _set(t, "ttft_s", [x + 1 for x in t["ttft_s"].to_pylist()]), "ttft_s !="),
-    ("steps.parquet", lambda t: _set(t, "kv_blocks_used", [41] * t.num_rows),
-     "KV blocks in use above the pool"),
-    ("steps.parquet", lambda t: _set(t, "start_time_s", [0.0] * t.num_rows), "steps overlap"),
-    ("steps.parquet", lambda t: t.slice(0, t.num_rows // 2), "fewer decode tokens"),
-    ("summary.json", lambda s: s.update(completed=s["completed"] - 1), "summary completed="),
-], ids=["request_lost", "unknown_status", "ttft", "kv_over_capacity", "overlap",
-        "steps_lost", "summary_count"])
+@pytest.mark.parametrize(
+    "file, change, problem",
+    [
+        ("requests.parquet", lambda t: t.slice(1), "request ids are not 0..n-1"),
+        (
+            "requests.parquet",
+            lambda t: _set(t, "status", ["done"] + t["status"].to_pylist()[1:]),
+            "unknown status",
+        ),
+        (
+            "requests.parquet",
+            lambda t: _set(t, "ttft_s", [x + 1 for x in t["ttft_s"].to_pylist()]),
+            "ttft_s !=",
+        ),
+        (
+            "steps.parquet",
+            lambda t: _set(t, "kv_blocks_used", [41] * t.num_rows),
+            "KV blocks in use above the pool",
+        ),
+        ("steps.parquet", lambda t: _set(t, "start_time_s", [0.0] * t.num_rows), "steps overlap"),
+        ("steps.parquet", lambda t: t.slice(0, t.num_rows // 2), "fewer decode tokens"),
+        ("summary.json", lambda s: s.update(completed=s["completed"] - 1), "summary completed="),
+    ],
+    ids=[
+        "request_lost",
+        "unknown_status",
+        "ttft",
+        "kv_over_capacity",
+        "overlap",
+        "steps_lost",
+        "summary_count",
+    ],
+)
 def test_the_contract_check_catches_a_broken_run(good_run, tmp_path, file, change, problem):
     assert run_problems(good_run) == []
     problems = run_problems(_doctor(good_run, tmp_path, file, change))

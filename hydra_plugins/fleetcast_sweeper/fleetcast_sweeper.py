@@ -11,6 +11,7 @@ No ``from __future__ import annotations`` here: Hydra runs plugin modules before
 them in ``sys.modules``, where a dataclass with postponed annotations looks itself up.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
@@ -22,11 +23,12 @@ class FleetcastSweeperConf(BasicSweeperConf):
     _target_: str = "hydra_plugins.fleetcast_sweeper.fleetcast_sweeper.FleetcastSweeper"
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="fleetcast",
-                             node=FleetcastSweeperConf, provider="fleetcast")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="fleetcast", node=FleetcastSweeperConf, provider="fleetcast"
+)
 
 
 class FleetcastSweeper(BasicSweeper):
-    def validate_batch_is_legal(self, batch) -> None:
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         # Each job validates its own config, in parallel (see the module docstring).
         return None

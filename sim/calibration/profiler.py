@@ -70,11 +70,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from sim.errors import ConfigError, require
-from sim.catalog.model import ModelSpec
-from sim.engine.step_shape import STEP_SHAPE_COLUMNS, StepShape
 from sim.calibration.profiler_model import (
     _DTYPE_BYTES,
     DTYPES,
@@ -83,9 +81,22 @@ from sim.calibration.profiler_model import (
     TorchMissing,
     _torch,
 )
+from sim.catalog.model import ModelSpec
+from sim.engine.step_shape import STEP_SHAPE_COLUMNS, StepShape
+from sim.errors import ConfigError, require
 
-CSV_COLUMNS = (*STEP_SHAPE_COLUMNS, "step_time_s", "kind", "batch_size", "context_tokens",
-               "model", "num_layers", "device", "dtype", "tp")
+CSV_COLUMNS = (
+    *STEP_SHAPE_COLUMNS,
+    "step_time_s",
+    "kind",
+    "batch_size",
+    "context_tokens",
+    "model",
+    "num_layers",
+    "device",
+    "dtype",
+    "tp",
+)
 
 # ---- the grid ---------------------------------------------------------------------------------
 
@@ -109,10 +120,12 @@ class GridPoint:
         return StepShape(
             num_prefill_tokens=self.prefill_batch * self.prefill_tokens,
             num_decode_seqs=self.decode_batch,
-            prefill_attn=self.prefill_batch * self.prefill_tokens * (self.prefill_context
-                                                                      + self.prefill_tokens),
+            prefill_attn=self.prefill_batch
+            * self.prefill_tokens
+            * (self.prefill_context + self.prefill_tokens),
             # every decoding sequence attends its cached tokens plus the one it decodes
-            decode_context=self.decode_batch * (self.decode_context + 1))
+            decode_context=self.decode_batch * (self.decode_context + 1),
+        )
 
     @property
     def batch_size(self) -> int:
@@ -124,8 +137,9 @@ class GridPoint:
 
     def kv_tokens(self) -> int:
         """KV-cache slots the step needs (prefill and decode caches together)."""
-        return (self.prefill_batch * (self.prefill_context + self.prefill_tokens)
-                + self.decode_batch * (self.decode_context + 1))
+        return self.prefill_batch * (
+            self.prefill_context + self.prefill_tokens
+        ) + self.decode_batch * (self.decode_context + 1)
 
     def label(self) -> str:
         parts = []
@@ -146,16 +160,34 @@ def make_grid(name: str) -> list[GridPoint]:
         decode = [(1, 16), (4, 16), (1, 64), (4, 64)]
         mixed = [(16, 0, 2, 16), (8, 8, 4, 32)]
     else:
-        prefill = ([(1, n) for n in (128, 256, 512, 1024, 2048, 4096, 8192)]
-                   + [(4, n) for n in (256, 1024, 2048)] + [(16, 128), (16, 512)])
-        decode = [(b, c) for b in (1, 4, 16, 32, 64, 128, 256) for c in (128, 1024, 4096, 16384)
-                  if b * c <= 1 << 20]
+        prefill = (
+            [(1, n) for n in (128, 256, 512, 1024, 2048, 4096, 8192)]
+            + [(4, n) for n in (256, 1024, 2048)]
+            + [(16, 128), (16, 512)]
+        )
+        decode = [
+            (b, c)
+            for b in (1, 4, 16, 32, 64, 128, 256)
+            for c in (128, 1024, 4096, 16384)
+            if b * c <= 1 << 20
+        ]
         mixed = [(n, 0, d, 1024) for n in (256, 512, 2048) for d in (8, 32, 128)]
         mixed += [(512, 2048, 32, 1024), (512, 8192, 32, 1024), (2048, 8192, 64, 4096)]
-    return ([GridPoint("prefill", prefill_batch=b, prefill_tokens=n) for b, n in prefill]
-            + [GridPoint("decode", decode_batch=b, decode_context=c) for b, c in decode]
-            + [GridPoint("mixed", prefill_batch=1, prefill_tokens=n, prefill_context=k,
-                         decode_batch=d, decode_context=c) for n, k, d, c in mixed])
+    return (
+        [GridPoint("prefill", prefill_batch=b, prefill_tokens=n) for b, n in prefill]
+        + [GridPoint("decode", decode_batch=b, decode_context=c) for b, c in decode]
+        + [
+            GridPoint(
+                "mixed",
+                prefill_batch=1,
+                prefill_tokens=n,
+                prefill_context=k,
+                decode_batch=d,
+                decode_context=c,
+            )
+            for n, k, d, c in mixed
+        ]
+    )
 
 
 # ---- timing -----------------------------------------------------------------------------------
@@ -164,8 +196,9 @@ def make_grid(name: str) -> list[GridPoint]:
 def _groups_for(model: Decoder, point: GridPoint) -> list[Group]:
     groups = []
     if point.prefill_batch:
-        groups.append(model.new_group(point.prefill_batch, point.prefill_tokens,
-                                      point.prefill_context))
+        groups.append(
+            model.new_group(point.prefill_batch, point.prefill_tokens, point.prefill_context)
+        )
     if point.decode_batch:
         groups.append(model.new_group(point.decode_batch, 1, point.decode_context))
     return groups
@@ -208,10 +241,18 @@ def _capture(step: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
-def profile_shape(spec: ModelSpec, *, device: str = "cpu", dtype: str = "fp32",
-                  grid: str | Sequence[GridPoint] = "small", warmup: int = 1, repeats: int = 3,
-                  seed: int = 0, cuda_graphs: bool = True,
-                  progress: Callable[[str], None] | None = print) -> list[dict]:
+def profile_shape(
+    spec: ModelSpec,
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    grid: str | Sequence[GridPoint] = "small",
+    warmup: int = 1,
+    repeats: int = 3,
+    seed: int = 0,
+    cuda_graphs: bool = True,
+    progress: Callable[[str], None] | None = print,
+) -> list[dict]:
     """Build ``spec`` (as given: its ``num_layers``) and time every step of ``grid``; one CSV row
     (a dict keyed by ``CSV_COLUMNS``) per step that fits in memory."""
     torch = _torch()
@@ -220,13 +261,18 @@ def profile_shape(spec: ModelSpec, *, device: str = "cpu", dtype: str = "fp32",
     require(device in ("cpu", "cuda"), "device", device, "choose cuda or cpu")
     require(dtype in DTYPES, "dtype", dtype, "choose bf16, fp16 or fp32")
     cuda = device == "cuda"
-    require(not cuda or torch.cuda.is_available(), "device", device,
-            "no CUDA GPU visible to PyTorch (use --device cpu)")
+    require(
+        not cuda or torch.cuda.is_available(),
+        "device",
+        device,
+        "no CUDA GPU visible to PyTorch (use --device cpu)",
+    )
     points = make_grid(grid) if isinstance(grid, str) else list(grid)
     say = progress or (lambda _line: None)
     device_name = torch.cuda.get_device_name() if cuda else "cpu"
-    kv_bytes_per_token = (2 * spec.num_layers * spec.num_kv_heads * spec.head_dim
-                          * _DTYPE_BYTES[dtype])
+    kv_bytes_per_token = (
+        2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * _DTYPE_BYTES[dtype]
+    )
 
     rows: list[dict] = []
     with torch.inference_mode():
@@ -237,12 +283,16 @@ def profile_shape(spec: ModelSpec, *, device: str = "cpu", dtype: str = "fp32",
                 free, _total = torch.cuda.mem_get_info()
                 need = point.kv_tokens() * kv_bytes_per_token
                 if need > 0.7 * free:
-                    say(f"{where}: skipped (KV cache {need / 2**30:.1f} GiB, "
-                        f"{free / 2**30:.1f} GiB free)")
+                    say(
+                        f"{where}: skipped (KV cache {need / 2**30:.1f} GiB, "
+                        f"{free / 2**30:.1f} GiB free)"
+                    )
                     continue
+            groups: list[Group] | None
+            step: Callable[[], object] | None
             try:
                 groups = _groups_for(model, point)
-                step = lambda groups=groups: model.forward(groups)
+                step = partial(model.forward, groups)
                 how = "eager"
                 if cuda and cuda_graphs:
                     try:
@@ -260,18 +310,20 @@ def profile_shape(spec: ModelSpec, *, device: str = "cpu", dtype: str = "fp32",
                 if cuda:
                     torch.cuda.empty_cache()
             assert math.isfinite(seconds) and seconds > 0, f"{where}: bad time {seconds}"
-            rows.append({
-                **dataclasses.asdict(point.shape),
-                "step_time_s": seconds,
-                "kind": point.kind,
-                "batch_size": point.batch_size,
-                "context_tokens": point.context_tokens,
-                "model": spec.name,
-                "num_layers": spec.num_layers,
-                "device": device_name,
-                "dtype": dtype,
-                "tp": 1,
-            })
+            rows.append(
+                {
+                    **dataclasses.asdict(point.shape),
+                    "step_time_s": seconds,
+                    "kind": point.kind,
+                    "batch_size": point.batch_size,
+                    "context_tokens": point.context_tokens,
+                    "model": spec.name,
+                    "num_layers": spec.num_layers,
+                    "device": device_name,
+                    "dtype": dtype,
+                    "tp": 1,
+                }
+            )
             tokens = point.shape.num_tokens
             say(f"{where}: {seconds * 1e3:.3f} ms ({how}, {tokens / seconds:,.0f} tokens/s)")
     return rows
@@ -306,8 +358,10 @@ def _summary(rows: Sequence[dict], out: Path, elapsed: float) -> str:
     for kind in ("prefill", "decode", "mixed"):
         times = [r["step_time_s"] for r in rows if r["kind"] == kind]
         if times:
-            lines.append(f"  {kind:7s} {len(times):3d} steps, {min(times) * 1e3:.3f} to "
-                         f"{max(times) * 1e3:.3f} ms")
+            lines.append(
+                f"  {kind:7s} {len(times):3d} steps, {min(times) * 1e3:.3f} to "
+                f"{max(times) * 1e3:.3f} ms"
+            )
     return "\n".join(lines)
 
 
@@ -316,42 +370,77 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="fleetcast profile",
         description="Time prefill, decode and mixed steps of a catalog model's shape (random "
-                    "weights) with PyTorch and write the per-step CSV that fleetcast calibrate "
-                    "reads.")
-    parser.add_argument("override", nargs="?", metavar="model=NAME",
-                        help="the catalog model (configs/model/NAME.yaml)")
+        "weights) with PyTorch and write the per-step CSV that fleetcast calibrate "
+        "reads.",
+    )
+    parser.add_argument(
+        "override",
+        nargs="?",
+        metavar="model=NAME",
+        help="the catalog model (configs/model/NAME.yaml)",
+    )
     parser.add_argument("--model", metavar="NAME", help="the same as model=NAME")
     parser.add_argument("--out", metavar="PATH", required=True, help="the CSV to write")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
-                        help="default: cuda if PyTorch sees a GPU, else cpu")
-    parser.add_argument("--dtype", choices=DTYPES, default=None,
-                        help="default: bf16 on cuda, fp32 on cpu")
-    parser.add_argument("--layers", type=int, default=None, metavar="N",
-                        help="build N layers instead of the model's own count")
-    parser.add_argument("--grid", choices=("small", "default"), default=None,
-                        help="default: 'default' on cuda (sized for a datacenter GPU), "
-                             "'small' on cpu")
-    parser.add_argument("--warmup", type=int, default=3, metavar="N",
-                        help="untimed runs per step (default 3)")
-    parser.add_argument("--repeats", type=int, default=10, metavar="N",
-                        help="timed runs per step; the median is written (default 10)")
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="default: cuda if PyTorch sees a GPU, else cpu",
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPES, default=None, help="default: bf16 on cuda, fp32 on cpu"
+    )
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="build N layers instead of the model's own count",
+    )
+    parser.add_argument(
+        "--grid",
+        choices=("small", "default"),
+        default=None,
+        help="default: 'default' on cuda (sized for a datacenter GPU), 'small' on cpu",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, metavar="N", help="untimed runs per step (default 3)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=10,
+        metavar="N",
+        help="timed runs per step; the median is written (default 10)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--no-cuda-graphs", action="store_true",
-                        help="launch kernels eagerly instead of replaying a CUDA graph")
+    parser.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="launch kernels eagerly instead of replaying a CUDA graph",
+    )
     args = parser.parse_args(argv)
     try:
         name = args.model
         if args.override is not None:
             key, sep, value = args.override.partition("=")
-            require(sep == "=" and key == "model", "override", args.override,
-                    "fleetcast profile takes model=NAME and options (see --help)")
+            require(
+                sep == "=" and key == "model",
+                "override",
+                args.override,
+                "fleetcast profile takes model=NAME and options (see --help)",
+            )
             require(name in (None, value), "model", value, f"given twice (also --model {name})")
             name = value
         require(name is not None, "model", None, "missing: give model=NAME")
         spec = load_model_spec(name)
-        require(not spec.is_moe, "model", name,
-                f"{spec.short_name} is a mixture of experts; fleetcast profile measures dense "
-                "models only")
+        require(
+            not spec.is_moe,
+            "model",
+            name,
+            f"{spec.short_name} is a mixture of experts; fleetcast profile measures dense "
+            "models only",
+        )
         if args.layers is not None:
             require(args.layers >= 1, "layers", args.layers, "must be >= 1")
             spec = dataclasses.replace(spec, num_layers=args.layers)
@@ -363,12 +452,21 @@ def main(argv: list[str]) -> int:
         dtype = args.dtype or ("bf16" if device == "cuda" else "fp32")
         grid = args.grid or ("default" if device == "cuda" else "small")
         layers = f"{spec.num_layers} layer{'s' * (spec.num_layers != 1)}"
-        print(f"profiling {spec.short_name} ({layers}) on {device} at {dtype}, "
-              f"grid {grid}, {args.warmup} warm-up + {args.repeats} timed runs per step")
+        print(
+            f"profiling {spec.short_name} ({layers}) on {device} at {dtype}, "
+            f"grid {grid}, {args.warmup} warm-up + {args.repeats} timed runs per step"
+        )
         started = time.perf_counter()
-        rows = profile_shape(spec, device=device, dtype=dtype, grid=grid, warmup=args.warmup,
-                             repeats=args.repeats, seed=args.seed,
-                             cuda_graphs=not args.no_cuda_graphs)
+        rows = profile_shape(
+            spec,
+            device=device,
+            dtype=dtype,
+            grid=grid,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            seed=args.seed,
+            cuda_graphs=not args.no_cuda_graphs,
+        )
         require(len(rows) > 0, "grid", grid, "no step fitted in memory; nothing measured")
         out = write_csv(rows, args.out)
     except (ConfigError, TorchMissing, OSError) as err:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sim.errors import ConfigError, require
 from sim.config.params import check_number
+from sim.errors import ConfigError, require
 
 # Precisions the tensor-core table knows. fp16 is not listed in the YAML because every GPU here
 # runs fp16 at its bf16 rate; from_config copies the bf16 figure.
@@ -67,7 +67,9 @@ class GPU:
         """Dense tensor-core FLOP/s at ``precision``; ConfigError if the GPU cannot run it."""
         if precision not in self.dense_flops_per_s:
             raise ConfigError(
-                "precision.weights", precision, "unknown precision; choose one of bf16, fp16, fp8, fp4"
+                "precision.weights",
+                precision,
+                "unknown precision; choose one of bf16, fp16, fp8, fp4",
             )
         flops = self.dense_flops_per_s[precision]
         if flops is None:
@@ -100,29 +102,51 @@ class GPU:
             require(key in cfg, f"hardware.{key}", None, "missing field")
 
         name = cfg["name"]
-        require(isinstance(name, str) and name.strip() != "", "hardware.name", name,
-                "must be a non-empty string")
+        require(
+            isinstance(name, str) and name.strip() != "",
+            "hardware.name",
+            name,
+            "must be a non-empty string",
+        )
         numbers = {key: _positive_number(cfg[key], f"hardware.{key}") for key in _NUMBER_FIELDS}
 
         tflops = cfg["dense_tflops"]
-        require(isinstance(tflops, Mapping), "hardware.dense_tflops", tflops,
-                "must map bf16/fp8/fp4 to dense TFLOP/s (null where unsupported)")
+        require(
+            isinstance(tflops, Mapping),
+            "hardware.dense_tflops",
+            tflops,
+            "must map bf16/fp8/fp4 to dense TFLOP/s (null where unsupported)",
+        )
         flops: dict[str, float | None] = {}
         for precision, value in tflops.items():
             field_name = f"hardware.dense_tflops.{precision}"
-            require(precision in PRECISIONS, field_name, value,
-                    "unknown precision; choose one of bf16, fp16, fp8, fp4")
-            flops[precision] = None if value is None else _positive_number(value, field_name) * _TERA
+            require(
+                precision in PRECISIONS,
+                field_name,
+                value,
+                "unknown precision; choose one of bf16, fp16, fp8, fp4",
+            )
+            flops[precision] = (
+                None if value is None else _positive_number(value, field_name) * _TERA
+            )
         # Every serving GPU runs bf16; the step-time models need at least that figure.
-        require(flops.get("bf16") is not None, "hardware.dense_tflops.bf16", tflops.get("bf16"),
-                "missing field")
+        require(
+            flops.get("bf16") is not None,
+            "hardware.dense_tflops.bf16",
+            tflops.get("bf16"),
+            "missing field",
+        )
         flops.setdefault("fp16", flops["bf16"])
         for precision in PRECISIONS:
             flops.setdefault(precision, None)
 
         sources = cfg.get("sources") or {}
-        require(isinstance(sources, Mapping), "hardware.sources", sources,
-                "must map field names to source text")
+        require(
+            isinstance(sources, Mapping),
+            "hardware.sources",
+            sources,
+            "must map field names to source text",
+        )
 
         return cls(
             name=name,

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.errors import ConfigError, require
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec, bytes_per_element
 from sim.config.params import check_integer, check_number
+from sim.errors import ConfigError, require
 
 _GIB = 2**30  # the reserve is configured in GiB, as vLLM and nvidia-smi report it
 _GB = 1e9  # the plan is printed in decimal GB, the unit of GPU datasheets
@@ -63,12 +63,20 @@ def _check_tp(model: ModelSpec, tp: int) -> None:
     """Tensor parallelism splits attention heads, so tp must divide them (as vLLM requires)."""
     ok = isinstance(tp, int) and not isinstance(tp, bool)
     require(ok and tp >= 1, "fleet.tp", tp, "must be an integer >= 1")
-    require(model.num_attention_heads % tp == 0, "fleet.tp", tp,
-            f"must divide {model.short_name}'s {model.num_attention_heads} attention heads")
+    require(
+        model.num_attention_heads % tp == 0,
+        "fleet.tp",
+        tp,
+        f"must divide {model.short_name}'s {model.num_attention_heads} attention heads",
+    )
     # KV heads split when tp <= kv_heads and are replicated when tp > kv_heads.
     kv = model.num_kv_heads
-    require(kv % tp == 0 if tp <= kv else tp % kv == 0, "fleet.tp", tp,
-            f"must divide or be a multiple of {model.short_name}'s {kv} KV heads")
+    require(
+        kv % tp == 0 if tp <= kv else tp % kv == 0,
+        "fleet.tp",
+        tp,
+        f"must divide or be a multiple of {model.short_name}'s {kv} KV heads",
+    )
 
 
 def plan_memory(
@@ -93,13 +101,19 @@ def plan_memory(
     """
     weight_bpe = bytes_per_element(weights_precision, "precision.weights")
     kv_bpe = bytes_per_element(kv_precision, "precision.kv")
-    require(kv_precision != "fp4", "precision.kv", kv_precision,
-            "fp4 KV cache is not supported; choose one of bf16, fp16, fp8")
+    require(
+        kv_precision != "fp4",
+        "precision.kv",
+        kv_precision,
+        "fp4 KV cache is not supported; choose one of bf16, fp16, fp8",
+    )
     _check_tp(model, tp)
-    gpu_memory_utilization = check_number(gpu_memory_utilization,
-                                          "memory.gpu_memory_utilization", gt=0, le=1)
-    activation_reserve_gib = check_number(activation_reserve_gib, "memory.activation_reserve_gib",
-                                          ge=0)
+    gpu_memory_utilization = check_number(
+        gpu_memory_utilization, "memory.gpu_memory_utilization", gt=0, le=1
+    )
+    activation_reserve_gib = check_number(
+        activation_reserve_gib, "memory.activation_reserve_gib", ge=0
+    )
     block_size = check_integer(block_size, "kv.block_size", ge=1)
     if num_blocks is not None:
         num_blocks = check_integer(num_blocks, "kv.num_blocks", ge=1)
@@ -111,9 +125,11 @@ def plan_memory(
 
     if weights_per_gpu > usable:
         raise ConfigError(
-            "hardware", gpu.name,
-            f"{model.short_name} weights at {weights_precision} need {weights_per_gpu / _GB:.1f} GB "
-            f"per GPU with tp={tp} but only {usable / _GB:.1f} GB are usable; "
+            "hardware",
+            gpu.name,
+            f"{model.short_name} weights at {weights_precision} need "
+            f"{weights_per_gpu / _GB:.1f} GB per GPU with tp={tp} but only "
+            f"{usable / _GB:.1f} GB are usable; "
             "raise fleet.tp or lower precision.weights",
         )
     kv_free = usable - weights_per_gpu - reserve
@@ -121,11 +137,13 @@ def plan_memory(
         num_blocks = math.floor(max(kv_free, 0.0) / (block_size * kv_per_token))
         if num_blocks < 1:
             raise ConfigError(
-                "hardware", gpu.name,
-                f"{model.short_name} weights at {weights_precision} ({weights_per_gpu / _GB:.1f} GB "
-                f"per GPU with tp={tp}) plus the {activation_reserve_gib} GiB reserve leave "
-                f"{max(kv_free, 0.0) / _GB:.2f} GB of the {usable / _GB:.1f} GB usable, less than one "
-                "KV block; raise fleet.tp, lower precision.weights or memory.activation_reserve_gib",
+                "hardware",
+                gpu.name,
+                f"{model.short_name} weights at {weights_precision} "
+                f"({weights_per_gpu / _GB:.1f} GB per GPU with tp={tp}) plus the "
+                f"{activation_reserve_gib} GiB reserve leave {max(kv_free, 0.0) / _GB:.2f} GB of "
+                f"the {usable / _GB:.1f} GB usable, less than one KV block; raise fleet.tp, lower "
+                "precision.weights or memory.activation_reserve_gib",
             )
 
     return MemoryPlan(
@@ -154,15 +172,28 @@ def format_plan(
     rows: list[tuple[str, str]] = [
         ("GPU memory", f"{plan.gpu_memory_bytes / _GB:,.1f} GB"),
         ("usable (x utilization)", f"{plan.usable_bytes / _GB:,.1f} GB"),
-        (f"weights per GPU ({weights_precision}, tp={plan.tp})", f"{plan.weight_bytes_per_gpu / _GB:,.2f} GB"),
+        (
+            f"weights per GPU ({weights_precision}, tp={plan.tp})",
+            f"{plan.weight_bytes_per_gpu / _GB:,.2f} GB",
+        ),
         ("activation/runtime reserve", f"{plan.reserve_bytes_per_gpu / _GB:,.2f} GB"),
         ("KV free", f"{plan.kv_free_bytes_per_gpu / _GB:,.2f} GB"),
-        (f"KV bytes per token ({kv_precision})", f"{plan.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB"),
+        (
+            f"KV bytes per token ({kv_precision})",
+            f"{plan.kv_bytes_per_token_per_gpu / _KIB:,.1f} KiB",
+        ),
         (f"KV blocks ({plan.block_size} tokens each)", f"{plan.num_blocks:,}"),
         ("KV tokens", f"{plan.kv_capacity_tokens:,}"),
     ]
     for tokens in request_tokens:
-        rows.append((f"requests of {tokens:,} tokens that fit at once", f"{plan.requests_that_fit(tokens):,}"))
-    title = f"Memory plan: {model.short_name} on {gpu.name} (per GPU; GB = 1e9 bytes, KiB = 1024 bytes)"
+        rows.append(
+            (
+                f"requests of {tokens:,} tokens that fit at once",
+                f"{plan.requests_that_fit(tokens):,}",
+            )
+        )
+    title = (
+        f"Memory plan: {model.short_name} on {gpu.name} (per GPU; GB = 1e9 bytes, KiB = 1024 bytes)"
+    )
     width = max(len(label) for label, _ in rows)
     return "\n".join([title, *(f"  {label:<{width}}  {value:>14}" for label, value in rows)])

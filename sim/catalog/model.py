@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from sim.errors import ConfigError, require
 from sim.config.params import check_integer, check_number
+from sim.errors import ConfigError, require
 
 # Bytes per stored element at each precision. fp4 packs two values per byte; per-group scale
 # factors (a few percent) are ignored.
@@ -167,31 +168,62 @@ class ModelSpec:
             require(key in cfg, f"model.{key}", None, "missing field")
 
         name = cfg["name"]
-        require(isinstance(name, str) and name.strip() != "", "model.name", name,
-                "must be a non-empty string")
+        require(
+            isinstance(name, str) and name.strip() != "",
+            "model.name",
+            name,
+            "must be a non-empty string",
+        )
         ints: dict[str, int] = {}
         for key in _INT_FIELDS:
             ints[key] = check_integer(cfg[key], f"model.{key}", ge=1)
-        floats = {key: check_number(cfg[key], f"model.{key}", gt=0) for key in _FLOAT_FIELDS}
+        # Any: ``cls(**ints, **floats)`` below, where mypy cannot tell which fields each fills
+        floats: dict[str, Any] = {
+            key: check_number(cfg[key], f"model.{key}", gt=0) for key in _FLOAT_FIELDS
+        }
 
-        require(ints["num_attention_heads"] % ints["num_kv_heads"] == 0, "model.num_kv_heads",
-                ints["num_kv_heads"], f"must divide num_attention_heads={ints['num_attention_heads']}")
-        require(ints["experts_per_token"] <= ints["num_experts"], "model.experts_per_token",
-                ints["experts_per_token"], f"must be <= num_experts={ints['num_experts']}")
-        require(floats["num_active_params"] <= floats["num_params"], "model.num_active_params",
-                floats["num_active_params"], f"must be <= num_params={floats['num_params']:.4g}")
+        require(
+            ints["num_attention_heads"] % ints["num_kv_heads"] == 0,
+            "model.num_kv_heads",
+            ints["num_kv_heads"],
+            f"must divide num_attention_heads={ints['num_attention_heads']}",
+        )
+        require(
+            ints["experts_per_token"] <= ints["num_experts"],
+            "model.experts_per_token",
+            ints["experts_per_token"],
+            f"must be <= num_experts={ints['num_experts']}",
+        )
+        require(
+            floats["num_active_params"] <= floats["num_params"],
+            "model.num_active_params",
+            floats["num_active_params"],
+            f"must be <= num_params={floats['num_params']:.4g}",
+        )
         if ints["num_experts"] == 1:
-            require(floats["num_active_params"] == floats["num_params"], "model.num_active_params",
-                    floats["num_active_params"],
-                    f"a dense model (num_experts=1) uses all num_params={floats['num_params']:.4g}")
+            require(
+                floats["num_active_params"] == floats["num_params"],
+                "model.num_active_params",
+                floats["num_active_params"],
+                f"a dense model (num_experts=1) uses all num_params={floats['num_params']:.4g}",
+            )
 
         sources = cfg.get("sources") or {}
-        require(isinstance(sources, Mapping), "model.sources", sources,
-                "must map field names to source text")
-        spec = cls(name=name, **ints, **floats,
-                   sources={str(k): str(v) for k, v in sources.items()})
+        require(
+            isinstance(sources, Mapping),
+            "model.sources",
+            sources,
+            "must map field names to source text",
+        )
+        spec = cls(
+            name=name, **ints, **floats, sources={str(k): str(v) for k, v in sources.items()}
+        )
         if spec.is_moe:
-            require(spec.non_expert_params() > 0, "model.num_params", spec.num_params,
-                    f"smaller than {spec.num_experts} experts of 3*hidden_size*ffn_size*num_layers "
-                    f"= {spec.expert_params():.4g} parameters each")
+            require(
+                spec.non_expert_params() > 0,
+                "model.num_params",
+                spec.num_params,
+                f"smaller than {spec.num_experts} experts of 3*hidden_size*ffn_size*num_layers "
+                f"= {spec.expert_params():.4g} parameters each",
+            )
         return spec

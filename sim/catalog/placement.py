@@ -16,17 +16,17 @@ Left out: running the two models' kernels concurrently (MPS/MIG), and sharing KV
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Mapping
 
 import numpy as np
 
 from sim import rng
+from sim.catalog.deployment import Deployment, build_deployment
+from sim.catalog.memory import plan_memory
 from sim.config import params
 from sim.config.compose import load_option
-from sim.catalog.deployment import Deployment, build_deployment
 from sim.errors import ConfigError, require
-from sim.catalog.memory import plan_memory
 
 MODES = ("single", "colocated", "dedicated")
 GIB = 2**30
@@ -61,24 +61,36 @@ def build_placement(cfg: Mapping, num_replicas: int) -> Placement:
     second_cfg = {**cfg, "model": second_model}
     shares = (1.0 - share, share)
     if mode == "dedicated":
-        second_replicas = params.integer(node, "second_model_replicas", ge=1,
-                                         prefix="placement")
-        require(num_replicas >= 2, "fleet.replicas", num_replicas,
-                "placement=dedicated needs at least one replica per model")
+        second_replicas = params.integer(node, "second_model_replicas", ge=1, prefix="placement")
+        require(
+            num_replicas >= 2,
+            "fleet.replicas",
+            num_replicas,
+            "placement=dedicated needs at least one replica per model",
+        )
         if second_replicas is None:  # in proportion to the traffic, at least one each
             second_replicas = min(max(1, round(num_replicas * share)), num_replicas - 1)
-        require(second_replicas < num_replicas, "placement.second_model_replicas",
-                second_replicas, f"must leave replicas for the first model (fleet.replicas="
-                                 f"{num_replicas})")
+        require(
+            second_replicas < num_replicas,
+            "placement.second_model_replicas",
+            second_replicas,
+            f"must leave replicas for the first model (fleet.replicas={num_replicas})",
+        )
         first_replicas = num_replicas - second_replicas
         models = ((0,),) * first_replicas + ((1,),) * second_replicas
         return Placement(mode, (first, build_deployment(second_cfg)), models, shares)
     kv_share = params.number(node, "kv_share", required=True, gt=0, le=1, prefix="placement")
-    require(kv_share < 1, "placement.kv_share", kv_share, "must leave KV memory for the first "
-                                                          "model (< 1)")
+    require(
+        kv_share < 1,
+        "placement.kv_share",
+        kv_share,
+        "must leave KV memory for the first model (< 1)",
+    )
     second = build_deployment(second_cfg)
-    both = (_share_gpu(first, second, 1.0 - kv_share, cfg),
-            _share_gpu(second, first, kv_share, cfg))
+    both = (
+        _share_gpu(first, second, 1.0 - kv_share, cfg),
+        _share_gpu(second, first, kv_share, cfg),
+    )
     return Placement(mode, both, ((0, 1),) * num_replicas, shares)
 
 
@@ -86,21 +98,29 @@ def _share_gpu(own: Deployment, other: Deployment, kv_share: float, cfg: Mapping
     """``own``'s memory plan when ``other``'s weights are also resident and ``own`` gets
     ``kv_share`` of the KV memory left."""
     memory, kv = cfg["memory"], cfg["kv"]
-    plan_args = dict(weights_precision=own.weights_precision, kv_precision=own.kv_precision,
-                     tp=own.tp, gpu_memory_utilization=memory["gpu_memory_utilization"],
-                     block_size=kv["block_size"])
+    plan_args = dict(
+        weights_precision=own.weights_precision,
+        kv_precision=own.kv_precision,
+        tp=own.tp,
+        gpu_memory_utilization=memory["gpu_memory_utilization"],
+        block_size=kv["block_size"],
+    )
     # The other model's weights, and its engine's own runtime reserve (activations, CUDA
     # graphs), are memory this model cannot use.
-    reserve_gib = (2 * memory["activation_reserve_gib"]
-                   + other.memory.weight_bytes_per_gpu / GIB)
+    reserve_gib = 2 * memory["activation_reserve_gib"] + other.memory.weight_bytes_per_gpu / GIB
     try:
         plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib, **plan_args)
     except ConfigError as err:
-        raise ConfigError("placement.second_model", other.model.name,
-                          f"both models do not fit on one {own.gpu.name}: {err.reason}") from None
-    num_blocks = math.floor(plan.kv_free_bytes_per_gpu * kv_share
-                            / (plan.block_size * plan.kv_bytes_per_token_per_gpu))
+        raise ConfigError(
+            "placement.second_model",
+            other.model.name,
+            f"both models do not fit on one {own.gpu.name}: {err.reason}",
+        ) from None
+    num_blocks = math.floor(
+        plan.kv_free_bytes_per_gpu * kv_share / (plan.block_size * plan.kv_bytes_per_token_per_gpu)
+    )
     require(num_blocks >= 1, "placement.kv_share", kv_share, "leaves no KV block to a model")
-    plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib,
-                       num_blocks=num_blocks, **plan_args)
+    plan = plan_memory(
+        own.model, own.gpu, activation_reserve_gib=reserve_gib, num_blocks=num_blocks, **plan_args
+    )
     return replace(own, memory=plan)

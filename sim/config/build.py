@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from sim.config.legacy import canonical_target
 from sim.errors import ConfigError, require
@@ -24,20 +25,30 @@ def build(node: Mapping, group: str, **context: Any) -> Any:
     """
     node = dict(node)
     target = node.pop("_target_", None)
-    require(isinstance(target, str) and "." in target, f"{group}._target_", target,
-            "must name a class as module.Class")
+    require(
+        isinstance(target, str) and "." in target,
+        f"{group}._target_",
+        target,
+        "must name a class as module.Class",
+    )
     module_name, _, class_name = canonical_target(target).rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
         raise ConfigError(f"{group}._target_", target, "no such class") from None
     params = inspect.signature(cls).parameters
-    known = [n for n, p in params.items()
-             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in context]
+    known = [
+        n
+        for n, p in params.items()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in context
+    ]
     for key in node:
         if key not in known:
-            raise ConfigError(f"{group}.{key}", node[key],
-                              f"unknown option for {class_name}; known: {', '.join(known)}")
+            raise ConfigError(
+                f"{group}.{key}",
+                node[key],
+                f"unknown option for {class_name}; known: {', '.join(known)}",
+            )
     takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
     given = {k: v for k, v in context.items() if takes_any or k in params}
     return cls(**given, **node)

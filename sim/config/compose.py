@@ -8,22 +8,24 @@ unknown group option or key in one line, before Hydra would in several.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from sim.errors import ConfigError
 from sim.resources import config_dir
 
 
-def to_dict(cfg: DictConfig | Mapping) -> dict:
+def to_dict(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A plain, resolved dict of a config (or a copy of a mapping)."""
     if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
+        # to_container is typed for any container; a DictConfig gives a dict
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     return dict(cfg)
 
 
-def compose_config(overrides: list[str]) -> dict:
+def compose_config(overrides: list[str]) -> dict[str, Any]:
     """The resolved config of ``configs/`` with ``overrides``, outside a Hydra run (the
     ``memory`` and ``calibrate`` commands, benchmarks)."""
     from hydra import compose, initialize_config_dir
@@ -37,19 +39,26 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
 
 
-def load_option(group: str, name: object, field: str) -> dict:
+def load_option(group: str, name: object, field: str) -> dict[str, Any]:
     """The plain config of option ``name`` of ``group`` (``configs/<group>/<name>.yaml``), or a
     ConfigError naming ``field`` and listing the options."""
     options = group_options(group)
     if name not in options:
         raise ConfigError(field, name, f"unknown {group}; choose one of {', '.join(options)}")
-    return to_dict(OmegaConf.load(config_dir() / group / f"{name}.yaml"))
+    # OmegaConf.load is typed for a list too; the option files are mappings
+    return to_dict(cast(DictConfig, OmegaConf.load(config_dir() / group / f"{name}.yaml")))
 
 
 def _default_options() -> dict[str, str]:
     """The option each config group takes when the command line does not choose one."""
-    defaults = OmegaConf.load(config_dir() / "config.yaml").get("defaults", [])
-    return {k: v for entry in defaults if isinstance(entry, DictConfig) for k, v in entry.items()}
+    defaults = cast(DictConfig, OmegaConf.load(config_dir() / "config.yaml")).get("defaults", [])
+    # DictConfig keys are typed as any key type; a defaults entry's key is a group name
+    return {
+        cast(str, k): v
+        for entry in defaults
+        if isinstance(entry, DictConfig)
+        for k, v in entry.items()
+    }
 
 
 def check_overrides(overrides: list[str]) -> None:
@@ -59,19 +68,26 @@ def check_overrides(overrides: list[str]) -> None:
     YAML files the overrides select. ``+key=value`` (adding a key) is left to the builders.
     """
     options = _default_options()
-    plain = []
-    extra = OmegaConf.create()  # keys that selected experiments add
+    plain: list[tuple[str, str]] = []
+    extra: DictConfig | ListConfig = OmegaConf.create()  # keys that selected experiments add
     for override in overrides:
         key, sep, value = override.partition("=")
         if key.lstrip("+") == "experiment" and sep:
             for name in value.split(","):
                 if name not in group_options("experiment"):
-                    raise ConfigError("experiment", name, "unknown experiment; choose one of "
-                                      + ", ".join(group_options("experiment")))
-            body = OmegaConf.load(config_dir() / "experiment" / f"{value.split(',')[0]}.yaml")
+                    raise ConfigError(
+                        "experiment",
+                        name,
+                        "unknown experiment; choose one of "
+                        + ", ".join(group_options("experiment")),
+                    )
+            body = cast(
+                DictConfig,
+                OmegaConf.load(config_dir() / "experiment" / f"{value.split(',')[0]}.yaml"),
+            )
             for entry in body.pop("defaults", []):
-                for k, v in (entry.items() if isinstance(entry, DictConfig) else ()):
-                    options[k.removeprefix("override ").lstrip("/")] = v
+                for k, v in entry.items() if isinstance(entry, DictConfig) else ():
+                    options[cast(str, k).removeprefix("override ").lstrip("/")] = v
             extra = OmegaConf.merge(extra, body)
             continue
         if not sep or key.startswith(("+", "~", "hydra")):
@@ -79,8 +95,11 @@ def check_overrides(overrides: list[str]) -> None:
         if (config_dir() / key).is_dir():
             for option in value.split(","):  # a multirun sweeps comma-separated options
                 if option not in group_options(key):
-                    raise ConfigError(key, option, "unknown option; choose one of "
-                                      + ", ".join(group_options(key)))
+                    raise ConfigError(
+                        key,
+                        option,
+                        "unknown option; choose one of " + ", ".join(group_options(key)),
+                    )
             options[key] = value.split(",")[0]
         else:
             plain.append((key, value))
@@ -92,8 +111,10 @@ def check_overrides(overrides: list[str]) -> None:
             path = rest
         else:
             node, path = top, key
-        if (OmegaConf.select(node, path, default=_MISSING) is _MISSING
-                and OmegaConf.select(extra, key, default=_MISSING) is _MISSING):
+        if (
+            OmegaConf.select(node, path, default=_MISSING) is _MISSING
+            and OmegaConf.select(extra, key, default=_MISSING) is _MISSING
+        ):
             where = f"{group}={options[group]}" if group in options else "config.yaml"
             raise ConfigError(key, value, f"unknown key in {where} (use +{key}=... to add one)")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any, Literal, TypeGuard, overload
 
 from sim.errors import ConfigError
 
@@ -19,13 +20,19 @@ def field_name(key: str, prefix: str) -> str:
     return f"{prefix}.{key}" if prefix else key
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     # bool is an int subclass; ``qps: true`` is a typo, not a rate of 1.
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_number(value: object, name: str, *, gt: float | None = None,
-                 ge: float | None = None, le: float | None = None) -> float:
+def check_number(
+    value: object,
+    name: str,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+) -> float:
     """``value`` as a finite float within the bounds, or ConfigError naming ``name``."""
     if not _is_number(value) or not math.isfinite(float(value)):
         raise ConfigError(name, value, "must be a finite number")
@@ -49,31 +56,119 @@ def check_integer(value: object, name: str, *, ge: int | None = None) -> int:
     return value
 
 
-def _fetch(cfg: Mapping, key: str, default: object, required: bool, prefix: str):
-    """The field's value and dotted name; the value is None when unset and not required."""
-    value = cfg.get(key, default)
+def _fetch(
+    cfg: Mapping[str, Any], key: str, default: object, required: bool, prefix: str
+) -> tuple[Any, str]:
+    """The field's value and dotted name. A missing key and an explicit null both mean "not
+    given": the default, if there is one; None when there is none and it is not required."""
+    value = cfg.get(key)
+    if value is None:
+        value = default
     name = field_name(key, prefix)
     if value is None and required:
         raise ConfigError(name, value, "required")
     return value, name
 
 
-def number(cfg: Mapping, key: str, *, default: object = None, required: bool = False,
-           gt: float | None = None, ge: float | None = None, le: float | None = None,
-           prefix: str) -> float | None:
+# ``required=True`` or a number as ``default`` gives a number (``null`` in the config is "not
+# given", so it also takes the default).
+@overload
+def number(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: float,
+    required: bool = ...,
+    gt: float | None = ...,
+    ge: float | None = ...,
+    le: float | None = ...,
+    prefix: str,
+) -> float: ...
+@overload
+def number(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: None = ...,
+    required: Literal[True],
+    gt: float | None = ...,
+    ge: float | None = ...,
+    le: float | None = ...,
+    prefix: str,
+) -> float: ...
+@overload
+def number(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: object = ...,
+    required: bool = ...,
+    gt: float | None = ...,
+    ge: float | None = ...,
+    le: float | None = ...,
+    prefix: str,
+) -> float | None: ...
+def number(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: object = None,
+    required: bool = False,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    prefix: str,
+) -> float | None:
     """A finite float field; ``None`` when unset and not required."""
     value, name = _fetch(cfg, key, default, required, prefix)
     return None if value is None else check_number(value, name, gt=gt, ge=ge, le=le)
 
 
-def integer(cfg: Mapping, key: str, *, default: object = None, required: bool = False,
-            ge: int | None = None, prefix: str) -> int | None:
+@overload
+def integer(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: int,
+    required: bool = ...,
+    ge: int | None = ...,
+    prefix: str,
+) -> int: ...
+@overload
+def integer(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: None = ...,
+    required: Literal[True],
+    ge: int | None = ...,
+    prefix: str,
+) -> int: ...
+@overload
+def integer(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: object = ...,
+    required: bool = ...,
+    ge: int | None = ...,
+    prefix: str,
+) -> int | None: ...
+def integer(
+    cfg: Mapping[str, Any],
+    key: str,
+    *,
+    default: object = None,
+    required: bool = False,
+    ge: int | None = None,
+    prefix: str,
+) -> int | None:
     """An integer field; ``None`` when unset and not required."""
     value, name = _fetch(cfg, key, default, required, prefix)
     return None if value is None else check_integer(value, name, ge=ge)
 
 
-def choice(cfg: Mapping, key: str, choices: list[str], *, prefix: str) -> str:
+def choice(cfg: Mapping[str, Any], key: str, choices: list[str], *, prefix: str) -> str:
     """A required field that must be one of ``choices``; the error lists them."""
     value = cfg.get(key)
     if value not in choices:

@@ -47,10 +47,18 @@ from sim.errors import require
 class KVCache:
     """Block accounting for one replica."""
 
-    __slots__ = ("num_blocks", "block_size", "watermark_blocks", "num_used_blocks", "_free_ids",
-                 "_unnamed", "_tables", "_shared")
+    __slots__ = (
+        "num_blocks",
+        "block_size",
+        "watermark_blocks",
+        "num_used_blocks",
+        "_free_ids",
+        "_unnamed",
+        "_tables",
+        "_shared",
+    )
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.0):
+    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.0) -> None:
         require(num_blocks >= 1, "kv.num_blocks", num_blocks, "must be >= 1")
         require(block_size >= 1, "kv.block_size", block_size, "must be >= 1")
         require(0.0 <= watermark < 1.0, "kv.watermark", watermark, "must be in [0, 1)")
@@ -99,8 +107,12 @@ class KVCache:
 
     def ref_count(self, block_id: int) -> int:
         """How many requests hold block ``block_id`` by name (0: nobody). O(num_blocks)."""
-        require(0 <= block_id < self.num_blocks, "block_id", block_id,
-                f"must be in [0, {self.num_blocks})")
+        require(
+            0 <= block_id < self.num_blocks,
+            "block_id",
+            block_id,
+            f"must be in [0, {self.num_blocks})",
+        )
         if block_id in self._free_ids:
             return 0
         return 1 + self._shared.get(block_id, 0)
@@ -223,7 +235,8 @@ class KVCache:
         self.num_used_blocks += grown
         self._unnamed += grown
         assert self.num_used_blocks <= self.num_blocks, (
-            f"decode stretch outgrew the KV pool ({self.num_used_blocks} > {self.num_blocks})")
+            f"decode stretch outgrew the KV pool ({self.num_used_blocks} > {self.num_blocks})"
+        )
         if num_steps >= VECTOR_MIN_STEPS:
             rows = -(-num_steps // block)
             added = np.zeros(rows * block, np.int64)

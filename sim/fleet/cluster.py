@@ -1,32 +1,40 @@
 """A fleet of replicas behind a router, fed by a workload, in one SimPy environment.
 
-Each replica serves one model, or several sharing its GPU (``sim.catalog.placement``); a request goes to
-a replica that serves the model it asks for. Open-loop workloads (traces, Poisson, ...) arrive
-at their own times whatever the fleet does. A closed-loop workload keeps ``concurrency`` requests in flight: each request that ends
-(completed or rejected) releases the next one, after ``think_time_s``, as serving benchmarks
-do. Every request ever issued is kept in ``requests``, in issue order, to become one row of
-``requests.parquet``.
+Each replica serves one model, or several sharing its GPU (``sim.catalog.placement``); a
+request goes to a replica that serves the model it asks for. Open-loop workloads (traces,
+Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop workload keeps
+``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
+next one, after ``think_time_s``, as serving benchmarks do. Every request ever issued is kept
+in ``requests``, in issue order, to become one row of ``requests.parquet``.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 import simpy
 
 from sim.engine.request import REJECTED, UNFINISHED, Request
 from sim.fleet.replica import Engine, Replica
+from sim.fleet.router import Router
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
 from sim.workload.source import Workload
 
 
 class Cluster:
-    def __init__(self, workload: Workload, replica_engines: list[list[Engine]], router,
-                 model_ids: np.ndarray | None = None, fast_forward_decode: bool = True,
-                 horizon_s: float | None = None,
-                 on_request_done: Callable[[Request], None] | None = None,
-                 frontend_token_s: float = 0.0):
+    def __init__(
+        self,
+        workload: Workload,
+        replica_engines: list[list[Engine]],
+        router: Router,
+        model_ids: np.ndarray | None = None,
+        fast_forward_decode: bool = True,
+        horizon_s: float | None = None,
+        on_request_done: Callable[[Request], None] | None = None,
+        frontend_token_s: float = 0.0,
+    ) -> None:
         """``replica_engines[i]`` lists what replica ``i`` serves: one engine for a replica of
         one model, several for a GPU shared by models. ``model_ids`` says which model each
         request asks for (all model 0 when None). ``frontend_token_s`` > 0 gives every replica
@@ -36,10 +44,18 @@ class Cluster:
         self.router = router
         self.requests: list[Request] = []
         self._progress = on_request_done
-        self.replicas = [Replica(self.env, i, engines, self._request_done,
-                                 fast_forward_decode=fast_forward_decode, horizon_s=horizon_s,
-                                 frontend_token_s=frontend_token_s)
-                         for i, engines in enumerate(replica_engines)]
+        self.replicas = [
+            Replica(
+                self.env,
+                i,
+                engines,
+                self._request_done,
+                fast_forward_decode=fast_forward_decode,
+                horizon_s=horizon_s,
+                frontend_token_s=frontend_token_s,
+            )
+            for i, engines in enumerate(replica_engines)
+        ]
         # the replicas that serve each model, in replica order, for the router to choose from
         self._hosts: dict[int, list[Replica]] = {}
         for replica in self.replicas:
@@ -47,8 +63,9 @@ class Cluster:
                 self._hosts.setdefault(engine.model_id, []).append(replica)
         for replica in self.replicas:
             replica.start()
-        self._model_ids = (model_ids.tolist() if model_ids is not None
-                           else [0] * workload.num_requests)
+        self._model_ids = (
+            model_ids.tolist() if model_ids is not None else [0] * workload.num_requests
+        )
         self.horizon_s = horizon_s
         self._prompts = workload.prompt_tokens.tolist()
         self._outputs = workload.output_tokens.tolist()
@@ -57,6 +74,7 @@ class Cluster:
             # Requests issued or already scheduled to be: a request released after a think
             # time (or after a rejection) counts from the moment it is scheduled.
             self._released = 0
+            assert workload.concurrency is not None  # a closed-loop workload has one (Workload)
             for _ in range(min(workload.concurrency, workload.num_requests)):
                 if self._released >= workload.num_requests:
                     break
@@ -78,13 +96,18 @@ class Cluster:
 
     def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
         index = len(self.requests)
-        request = Request(index, arrival_time_s, self._prompts[index], self._outputs[index],
-                          model_id=self._model_ids[index])
+        request = Request(
+            index,
+            arrival_time_s,
+            self._prompts[index],
+            self._outputs[index],
+            model_id=self._model_ids[index],
+        )
         self.requests.append(request)
         hosts = self._hosts[request.model_id]
         hosts[self.router.choose(request, hosts)].add(request, caller_priority)
 
-    def _open_loop(self, arrival_times_s: list[float]):
+    def _open_loop(self, arrival_times_s: list[float]) -> Generator[simpy.Event, Any, None]:
         env = self.env
         for arrival_time_s in arrival_times_s:
             if arrival_time_s > env.now:
@@ -104,7 +127,8 @@ class Cluster:
             # delay) keeps a run of rejections from recursing.
             when = self.env.now + think_time_s
             timeout_at(self.env, when).callbacks.append(
-                lambda _event: self._issue(when, ARRIVAL_PRIORITY))
+                lambda _event: self._issue(when, ARRIVAL_PRIORITY)
+            )
         else:
             # issued from inside the event that ended the request
             self._issue(self.env.now, caller_priority)

@@ -35,11 +35,11 @@ class Frontend:
 
     __slots__ = ("_stretch", "_stretch_streamed", "busy_until", "horizon_s", "token_s")
 
-    def __init__(self, token_s: float, horizon_s: float | None = None):
+    def __init__(self, token_s: float, horizon_s: float | None = None) -> None:
         self.token_s = token_s
         self.horizon_s = math.inf if horizon_s is None else horizon_s
         self.busy_until = 0.0
-        self._stretch = None
+        self._stretch: tuple[Any, list[Request]] | None = None
         self._stretch_streamed = 0
 
     def _queue(self, end_s: float, num_tokens: int) -> float:
@@ -74,14 +74,16 @@ class Frontend:
     def catch_up(self, num_steps_ended: int) -> None:
         """Queue the tokens of the stretch's steps that have ended by now (``busy_until`` is then
         what stepping one by one would have)."""
+        assert self._stretch is not None  # only called during a stretch
         end_times_s, decodes = self._stretch
-        for end_s in end_times_s[self._stretch_streamed:num_steps_ended]:
+        for end_s in end_times_s[self._stretch_streamed : num_steps_ended]:
             self._queue(float(end_s), len(decodes))
         self._stretch_streamed = max(self._stretch_streamed, num_steps_ended)
 
     def end_stretch(self, num_steps: int) -> None:
         """The stretch ended after ``num_steps`` steps: stream the rest, dating the last step's
         tokens as ``stream_step`` does."""
+        assert self._stretch is not None  # only called during a stretch
         end_times_s, decodes = self._stretch
         self.catch_up(num_steps - 1)
         self.stream_step(float(end_times_s[num_steps - 1]), decodes)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate
 from typing import Any
 
@@ -61,10 +62,17 @@ class Engine:
 class Replica:
     """A replica: its engines, its optional frontend, its process (started by ``start``)."""
 
-    def __init__(self, env: simpy.Environment, replica_id: int, engines: list[Engine],
-                 on_request_done: Callable[[Request, int], None], *,
-                 fast_forward_decode: bool = True, horizon_s: float | None = None,
-                 frontend_token_s: float = 0.0):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica_id: int,
+        engines: list[Engine],
+        on_request_done: Callable[[Request, int], None],
+        *,
+        fast_forward_decode: bool = True,
+        horizon_s: float | None = None,
+        frontend_token_s: float = 0.0,
+    ) -> None:
         """``on_request_done(request, caller_priority)`` hears of each request that ends, when
         its client does; ``caller_priority`` is the priority of the event that tells it.
         ``frontend_token_s`` > 0 gives the replica a frontend."""
@@ -112,7 +120,8 @@ class Replica:
                 frontend.catch_up(self._steps_ended(end_times, caller_priority))
             if frontend.busy_until > self.env.now:
                 timeout_at(self.env, frontend.busy_until).callbacks.append(
-                    lambda _event: self._enter(request, ARRIVAL_PRIORITY))
+                    lambda _event: self._enter(request, ARRIVAL_PRIORITY)
+                )
                 return
         self._enter(request, caller_priority)
 
@@ -156,10 +165,12 @@ class Replica:
             if heard_s is None:
                 continue  # streamed after the horizon: the client never hears within the run
             if heard_s > env.now:
-                timeout_at(env, heard_s).callbacks.append(
-                    lambda _event, r=request: self._client_heard(r, ARRIVAL_PRIORITY))
+                timeout_at(env, heard_s).callbacks.append(partial(self._heard_later, request))
             else:
                 self._client_heard(request, self.priority)
+
+    def _heard_later(self, request: Request, _event: simpy.Event) -> None:
+        self._client_heard(request, ARRIVAL_PRIORITY)
 
     def _client_heard(self, request: Request, caller_priority: int) -> None:
         # outstanding until then, as a load balancer counts an open response stream
@@ -198,7 +209,8 @@ class Replica:
             plan = scheduler.schedule()
             assert not plan.is_empty, (
                 f"replica {self.replica_id}: scheduler planned nothing with "
-                f"{scheduler.num_outstanding} requests outstanding")
+                f"{scheduler.num_outstanding} requests outstanding"
+            )
             for request, _ in plan.prefills:
                 if request.first_scheduled_time_s is None:
                     request.first_scheduled_time_s = start
@@ -209,8 +221,14 @@ class Replica:
                 duration = engine.step_time.step_time_s(plan.shape())
                 blocks_used = scheduler.kv.num_used_blocks
                 yield timeout_at(env, start + duration, self.priority)
-                engine.steps.add(start, duration, plan.num_prefill_tokens, len(plan.decodes),
-                                 plan.num_seqs, blocks_used)
+                engine.steps.add(
+                    start,
+                    duration,
+                    plan.num_prefill_tokens,
+                    len(plan.decodes),
+                    plan.num_seqs,
+                    blocks_used,
+                )
                 first_tokens, finished = scheduler.on_step_end(plan)
                 # The one place a step's tokens are dated: now, or when the frontend streams
                 # them (one per request that sampled, in the step's order).
@@ -227,14 +245,15 @@ class Replica:
             if finished:
                 self._done(finished)
 
-    def _decode_stretch(self, engine: Engine, plan: StepPlan,
-                        num_steps: int) -> Generator[simpy.Event, Any, list[Request]]:
+    def _decode_stretch(
+        self, engine: Engine, plan: StepPlan, num_steps: int
+    ) -> Generator[simpy.Event, Any, list[Request]]:
         env = self.env
         start = env.now
-        durations = engine.step_time.decode_stretch_s(plan.shape(), len(plan.decodes),
-                                                      num_steps)
+        durations = engine.step_time.decode_stretch_s(plan.shape(), len(plan.decodes), num_steps)
         # Step end times: the same additions, in the same order, as stepping one by one
         # (numpy's cumulative sum adds sequentially, left to right).
+        end_times: np.ndarray | list[float]
         if isinstance(durations, np.ndarray):
             end_times = np.cumsum(np.concatenate(([start], durations)))[1:]
         else:
@@ -251,6 +270,7 @@ class Replica:
             # Something arrived: finish the step in progress, then plan again. If a step ends
             # exactly now, stepping one by one would have ended it before the arrival when
             # the arrival's event ranks after this replica's step ends.
+            assert interrupt.cause is not None  # _enter interrupts with the caller's priority
             num_steps = min(num_steps, self._steps_ended(end_times, interrupt.cause) + 1)
             yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
         self._interruptible = False
@@ -261,6 +281,7 @@ class Replica:
             end_s = float(end_times[num_steps - 1])
             for request in finished:
                 request.completion_time_s = end_s
-        engine.steps.add_decode_stretch(start, durations[:num_steps], end_times[:num_steps],
-                                        len(plan.decodes), blocks_used)
+        engine.steps.add_decode_stretch(
+            start, durations[:num_steps], end_times[:num_steps], len(plan.decodes), blocks_used
+        )
         return finished

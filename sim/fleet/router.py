@@ -10,7 +10,8 @@ Left out: routing on prefix-cache affinity and on measured latency.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,10 +23,16 @@ class RoutedReplica(Protocol):
     committed_tokens: int
 
 
+class Router(Protocol):
+    """What the cluster asks of a router: the index, in ``replicas``, of the one to use."""
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int: ...
+
+
 class RoundRobinRouter:
     """Replicas in turn, whatever their load."""
 
-    def __init__(self, **_):
+    def __init__(self, **_: Any) -> None:
         # One turn counter per model: the candidates are the replicas serving the request's
         # model (sim.catalog.placement), and each model's replicas take their own turns.
         self._next: dict[int, int] = {}
@@ -39,7 +46,7 @@ class RoundRobinRouter:
 class RandomRouter:
     """A uniformly random replica (stream ``router``)."""
 
-    def __init__(self, rng: np.random.Generator, **_):
+    def __init__(self, rng: np.random.Generator, **_: Any) -> None:
         self._rng = rng
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
@@ -59,7 +66,7 @@ def _least_loaded(replicas: Sequence[RoutedReplica], load: str) -> int:
 class LeastOutstandingRouter:
     """The replica with the fewest requests in flight (queued or running)."""
 
-    def __init__(self, **_):
+    def __init__(self, **_: Any) -> None:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
@@ -69,7 +76,7 @@ class LeastOutstandingRouter:
 class LeastTokensRouter:
     """The replica with the fewest tokens committed (prompt + output of requests in flight)."""
 
-    def __init__(self, **_):
+    def __init__(self, **_: Any) -> None:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:

@@ -15,18 +15,19 @@ from __future__ import annotations
 from heapq import heappush
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, EventPriority
 
 ARRIVAL_PRIORITY = NORMAL  # SimPy's own URGENT (interrupts, the horizon) still comes first
 
 
-def step_end_priority(replica_id: int) -> int:
+def step_end_priority(replica_id: int) -> EventPriority:
     """Priority of a replica's step ends: after arrivals, lower replica ids first."""
-    return ARRIVAL_PRIORITY + 1 + replica_id
+    return EventPriority(ARRIVAL_PRIORITY + 1 + replica_id)
 
 
-def timeout_at(env: simpy.Environment, time_s: float,
-               priority: int = ARRIVAL_PRIORITY) -> simpy.Event:
+def timeout_at(
+    env: simpy.Environment, time_s: float, priority: EventPriority = ARRIVAL_PRIORITY
+) -> simpy.Event:
     """An event that fires at ``time_s`` (>= ``env.now``), before same-time events of a larger
     ``priority``."""
     assert time_s >= env.now, f"cannot schedule at {time_s} before now ({env.now})"

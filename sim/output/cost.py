@@ -38,10 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from sim.errors import require
 from sim.catalog.hardware import GPU
 from sim.config.params import number
+from sim.errors import require
 
 TIERS = ("on_demand", "reserved", "spot")
 
@@ -89,34 +90,61 @@ class CostConfig:
         require(isinstance(cfg, Mapping), "cost", cfg, "must be a mapping")
         _known(cfg, ("tier", "usd_per_gpu_hour", "requests_per_day", "energy", "prices"), "cost")
         tier = cfg.get("tier")
-        require(tier is None or tier in TIERS, "cost.tier", tier,
-                f"unknown; choose one of {', '.join(TIERS)} (or null: the hardware's price)")
+        require(
+            tier is None or tier in TIERS,
+            "cost.tier",
+            tier,
+            f"unknown; choose one of {', '.join(TIERS)} (or null: the hardware's price)",
+        )
         prices_cfg = cfg.get("prices") or {}
-        require(isinstance(prices_cfg, Mapping), "cost.prices", prices_cfg,
-                "must map GPU names to {on_demand, reserved, spot, source, date}")
+        require(
+            isinstance(prices_cfg, Mapping),
+            "cost.prices",
+            prices_cfg,
+            "must map GPU names to {on_demand, reserved, spot, source, date}",
+        )
         return cls(
             tier=tier,
             usd_per_gpu_hour=number(cfg, "usd_per_gpu_hour", ge=0, prefix="cost"),
             requests_per_day=number(cfg, "requests_per_day", gt=0, prefix="cost"),
             energy=_energy(cfg.get("energy")),
-            prices={str(name): _gpu_prices(entry, f"cost.prices.{name}")
-                    for name, entry in prices_cfg.items()},
+            prices={
+                str(name): _gpu_prices(entry, f"cost.prices.{name}")
+                for name, entry in prices_cfg.items()
+            },
         )
 
 
 def _known(cfg: Mapping, keys: tuple[str, ...], prefix: str) -> None:
     for key in cfg:
         if not str(key).startswith("_"):  # "_..." keys belong to the config system
-            require(key in keys, f"{prefix}.{key}", cfg[key],
-                    f"unknown field; known: {', '.join(keys)}")
+            require(
+                key in keys, f"{prefix}.{key}", cfg[key], f"unknown field; known: {', '.join(keys)}"
+            )
 
 
-def _gpu_prices(entry: object, prefix: str) -> GpuPrices:
-    require(isinstance(entry, Mapping), prefix, entry,
-            "must map on_demand/reserved/spot to $/GPU-hour, with source and date")
+def _gpu_prices(entry: Any, prefix: str) -> GpuPrices:
+    require(
+        isinstance(entry, Mapping),
+        prefix,
+        entry,
+        "must map on_demand/reserved/spot to $/GPU-hour, with source and date",
+    )
     _known(entry, (*TIERS, "source", "date"), prefix)
-    text = {k: None if entry.get(k) is None else str(entry[k]) for k in ("source", "date")}
-    return GpuPrices(**{t: number(entry, t, ge=0, prefix=prefix) for t in TIERS}, **text)
+
+    def text(key: str) -> str | None:
+        return None if entry.get(key) is None else str(entry[key])
+
+    def price(tier: str) -> float | None:
+        return number(entry, tier, ge=0, prefix=prefix)
+
+    return GpuPrices(
+        on_demand=price("on_demand"),
+        reserved=price("reserved"),
+        spot=price("spot"),
+        source=text("source"),
+        date=text("date"),
+    )
 
 
 def _energy(cfg: Mapping | None) -> EnergyConfig | None:
@@ -131,8 +159,9 @@ def _energy(cfg: Mapping | None) -> EnergyConfig | None:
     # No code defaults for the numbers: their values and reasons live in configs/cost/default.yaml.
     energy = EnergyConfig(
         usd_per_kwh=number(cfg, "usd_per_kwh", required=True, ge=0, prefix="cost.energy"),
-        idle_power_fraction=number(cfg, "idle_power_fraction", required=True, ge=0, le=1,
-                                   prefix="cost.energy"),
+        idle_power_fraction=number(
+            cfg, "idle_power_fraction", required=True, ge=0, le=1, prefix="cost.energy"
+        ),
         pue=number(cfg, "pue", required=True, ge=1, prefix="cost.energy"),
     )
     return energy if enabled else None
@@ -157,8 +186,9 @@ def _per(numerator: float, denominator: float | None) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def energy_cost(energy: EnergyConfig, gpu: GPU, *, num_gpus: int,
-                gpu_busy_fraction: float | None) -> dict:
+def energy_cost(
+    energy: EnergyConfig, gpu: GPU, *, num_gpus: int, gpu_busy_fraction: float | None
+) -> dict:
     """Average power per GPU, the fleet's kWh per hour with PUE, and its $/hour."""
     # A run with no span has no busy time: its GPUs sit idle.
     busy = gpu_busy_fraction or 0.0
@@ -167,13 +197,25 @@ def energy_cost(energy: EnergyConfig, gpu: GPU, *, num_gpus: int,
     idle = energy.idle_power_fraction
     kw_per_gpu = gpu.power_w / _W_PER_KW * (idle + (1.0 - idle) * busy)
     kwh_per_hour = kw_per_gpu * num_gpus * energy.pue  # kW sustained for an hour = kWh
-    return {"kw_per_gpu": kw_per_gpu, "kwh_per_hour": kwh_per_hour,
-            "usd_per_hour": kwh_per_hour * energy.usd_per_kwh}
+    return {
+        "kw_per_gpu": kw_per_gpu,
+        "kwh_per_hour": kwh_per_hour,
+        "usd_per_hour": kwh_per_hour * energy.usd_per_kwh,
+    }
 
 
-def fleet_cost(cost: CostConfig, gpu: GPU, *, num_gpus: int, duration_s: float,
-               completed_requests: int, good_requests: int, input_tokens: float,
-               output_tokens: float, gpu_busy_fraction: float | None) -> dict:
+def fleet_cost(
+    cost: CostConfig,
+    gpu: GPU,
+    *,
+    num_gpus: int,
+    duration_s: float,
+    completed_requests: int,
+    good_requests: int,
+    input_tokens: float,
+    output_tokens: float,
+    gpu_busy_fraction: float | None,
+) -> dict:
     """The summary's ``cost`` block for ``num_gpus`` GPUs over ``duration_s`` seconds.
 
     Token and request counts are of completed requests; ``good_requests`` those that met every
@@ -189,13 +231,17 @@ def fleet_cost(cost: CostConfig, gpu: GPU, *, num_gpus: int, duration_s: float,
     usd_per_s = usd_per_hour / _SECONDS_PER_HOUR
     out_per_s, in_per_s = per_s(output_tokens), per_s(input_tokens)
     good_per_s, requests_per_s = per_s(good_requests), per_s(completed_requests)
-    energy = (None if cost.energy is None else
-              energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction))
+    energy = (
+        None
+        if cost.energy is None
+        else energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction)
+    )
     gpu_hours_per_day = None
     if cost.requests_per_day is not None and requests_per_s:
         # how many copies of this fleet the daily traffic keeps busy, times its GPU-hours a day
-        gpu_hours_per_day = (num_gpus * _HOURS_PER_DAY * cost.requests_per_day
-                             / (_SECONDS_PER_DAY * requests_per_s))
+        gpu_hours_per_day = (
+            num_gpus * _HOURS_PER_DAY * cost.requests_per_day / (_SECONDS_PER_DAY * requests_per_s)
+        )
     return {
         "usd_per_gpu_hour": usd_per_gpu_hour,
         "tier": tier,

@@ -9,11 +9,19 @@ bytes, and numpy reads the columns back without copying.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-COLUMNS = ("start_time_s", "duration_s", "num_prefill_tokens", "num_decode_tokens", "num_seqs",
-           "kv_blocks_used")
+COLUMNS = (
+    "start_time_s",
+    "duration_s",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "num_seqs",
+    "kv_blocks_used",
+)
 
 
 class StepRecorder:
@@ -29,8 +37,15 @@ class StepRecorder:
         self.num_seqs = array("q")
         self.kv_blocks_used = array("q")
 
-    def add(self, start_time_s: float, duration_s: float, num_prefill_tokens: int,
-            num_decode_tokens: int, num_seqs: int, kv_blocks_used: int) -> None:
+    def add(
+        self,
+        start_time_s: float,
+        duration_s: float,
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        num_seqs: int,
+        kv_blocks_used: int,
+    ) -> None:
         self.start_time_s.append(start_time_s)
         self.duration_s.append(duration_s)
         self.num_prefill_tokens.append(num_prefill_tokens)
@@ -38,14 +53,20 @@ class StepRecorder:
         self.num_seqs.append(num_seqs)
         self.kv_blocks_used.append(kv_blocks_used)
 
-    def add_decode_stretch(self, start_time_s: float, durations_s, end_times_s, num_seqs: int,
-                           kv_blocks_used) -> None:
+    def add_decode_stretch(
+        self,
+        start_time_s: float,
+        durations_s: Sequence[float] | np.ndarray,
+        end_times_s: Sequence[float] | np.ndarray,
+        num_seqs: int,
+        kv_blocks_used: Sequence[int] | np.ndarray,
+    ) -> None:
         """Rows for consecutive pure-decode steps of ``num_seqs`` sequences each (columns as
         lists, or as float64/int64 numpy arrays)."""
         n = len(durations_s)
         self.start_time_s.append(start_time_s)
         same = array("q", [num_seqs]) * n
-        _extend(self.start_time_s, end_times_s[:n - 1])
+        _extend(self.start_time_s, end_times_s[: n - 1])
         _extend(self.duration_s, durations_s)
         _extend(self.kv_blocks_used, kv_blocks_used)
         self.num_prefill_tokens.frombytes(bytes(8 * n))
@@ -54,14 +75,16 @@ class StepRecorder:
 
     def columns(self) -> dict[str, np.ndarray]:
         """All rows as numpy columns (views of the buffers), in time order."""
-        return {name: np.frombuffer(getattr(self, name), dtype=getattr(self, name).typecode)
-                for name in COLUMNS}
+        return {
+            name: np.frombuffer(getattr(self, name), dtype=getattr(self, name).typecode)
+            for name in COLUMNS
+        }
 
     def __len__(self) -> int:
         return len(self.duration_s)
 
 
-def _extend(column: array, values) -> None:
+def _extend(column: array[Any], values: Sequence[float] | np.ndarray) -> None:
     """Append ``values`` (a list, or a numpy array of the column's type) to ``column``."""
     if isinstance(values, np.ndarray):
         column.frombytes(values.tobytes())

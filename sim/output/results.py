@@ -15,8 +15,9 @@ table also gives ``ttft_s`` and ``queueing_delay_s`` of unfinished requests that
 so an overloaded run's worst waits stay visible.
 
 Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
-step, or to the last completion a client sees if a frontend streams it later. Goodput counts completed requests that meet every SLO set in ``slo``. The ``cost`` block
-comes from sim/cost.py (what the fleet costs, and the unit costs derived from these rates).
+step, or to the last completion a client sees if a frontend streams it later. Goodput counts
+completed requests that meet every SLO set in ``slo``. The ``cost`` block comes from
+``sim.output.cost`` (what the fleet costs, and the unit costs derived from these rates).
 """
 
 from __future__ import annotations
@@ -24,44 +25,49 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from sim.arrow_numpy import column_to_numpy, numpy_to_arrow, strings_to_arrow
-from sim.output.cost import CostConfig, fleet_cost
 from sim.catalog.hardware import GPU
-from sim.output.metrics import StepRecorder
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
+from sim.output.cost import CostConfig, fleet_cost
+from sim.output.metrics import StepRecorder
 
-REQUESTS_SCHEMA = pa.schema([
-    ("request_id", pa.int64()),
-    ("replica_id", pa.int32()),
-    ("arrival_time_s", pa.float64()),
-    ("prompt_tokens", pa.int32()),
-    ("output_tokens", pa.int32()),
-    ("status", pa.string()),
-    ("first_token_time_s", pa.float64()),
-    ("completion_time_s", pa.float64()),
-    ("ttft_s", pa.float64()),
-    ("tpot_s", pa.float64()),
-    ("e2e_s", pa.float64()),
-    ("num_preemptions", pa.int32()),
-    ("itl_s", pa.float64()),
-    ("queueing_delay_s", pa.float64()),
-    ("model_id", pa.int32()),
-])
+REQUESTS_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.int64()),
+        ("replica_id", pa.int32()),
+        ("arrival_time_s", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("status", pa.string()),
+        ("first_token_time_s", pa.float64()),
+        ("completion_time_s", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("tpot_s", pa.float64()),
+        ("e2e_s", pa.float64()),
+        ("num_preemptions", pa.int32()),
+        ("itl_s", pa.float64()),
+        ("queueing_delay_s", pa.float64()),
+        ("model_id", pa.int32()),
+    ]
+)
 
-STEPS_SCHEMA = pa.schema([
-    ("replica_id", pa.int32()),
-    ("start_time_s", pa.float64()),
-    ("duration_s", pa.float64()),
-    ("num_prefill_tokens", pa.int32()),
-    ("num_decode_tokens", pa.int32()),
-    ("num_seqs", pa.int32()),
-    ("kv_blocks_used", pa.int32()),
-    ("model_id", pa.int32()),
-])
+STEPS_SCHEMA = pa.schema(
+    [
+        ("replica_id", pa.int32()),
+        ("start_time_s", pa.float64()),
+        ("duration_s", pa.float64()),
+        ("num_prefill_tokens", pa.int32()),
+        ("num_decode_tokens", pa.int32()),
+        ("num_seqs", pa.int32()),
+        ("kv_blocks_used", pa.int32()),
+        ("model_id", pa.int32()),
+    ]
+)
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -116,8 +122,10 @@ def requests_table(requests: list[Request]) -> pa.Table:
         "queueing_delay_s": _floats(scheduled - arrival),
         "model_id": np.fromiter((r.model_id for r in requests), np.int32, n),
     }
-    arrays = [c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
-              for f in REQUESTS_SCHEMA]
+    arrays = [
+        c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
+        for f in REQUESTS_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
 
 
@@ -129,19 +137,25 @@ def steps_table(replica_recorders: list[list[tuple[int, StepRecorder]]]) -> pa.T
         columns = [(model_id, steps.columns()) for model_id, steps in recorders]
         order = None
         if len(columns) > 1:  # models sharing a GPU took turns: interleave their rows
-            order = np.argsort(np.concatenate([c["start_time_s"] for _, c in columns]),
-                               kind="stable")
+            order = np.argsort(
+                np.concatenate([c["start_time_s"] for _, c in columns]), kind="stable"
+            )
         n = sum(len(c["start_time_s"]) for _, c in columns)
-        merged = {"replica_id": np.full(n, replica_id, np.int32),
-                  "model_id": np.concatenate([np.full(len(c["start_time_s"]), m, np.int32)
-                                              for m, c in columns])}
+        merged = {
+            "replica_id": np.full(n, replica_id, np.int32),
+            "model_id": np.concatenate(
+                [np.full(len(c["start_time_s"]), m, np.int32) for m, c in columns]
+            ),
+        }
         for name in STEPS_SCHEMA.names:
             if name not in merged:
                 merged[name] = np.concatenate([c[name] for _, c in columns])
         for name, values in merged.items():
             parts[name].append(values if order is None else values[order])
-    arrays = [numpy_to_arrow(np.concatenate(parts[f.name]) if parts[f.name]
-                             else np.empty(0), f.type) for f in STEPS_SCHEMA]
+    arrays = [
+        numpy_to_arrow(np.concatenate(parts[f.name]) if parts[f.name] else np.empty(0), f.type)
+        for f in STEPS_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=STEPS_SCHEMA)
 
 
@@ -154,15 +168,24 @@ def distribution(values: np.ndarray) -> dict[str, float | None]:
     values = values[~np.isnan(values)]
     if values.size == 0:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
-    out = {"mean": float(values.mean())}
-    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+    out: dict[str, float | None] = {"mean": float(values.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
         out[f"p{p}"] = float(v)
     return out
 
 
-def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
-              num_replicas: int, kv_capacity_tokens: list[int], kv_num_blocks: list[int],
-              gpu: GPU, cost: CostConfig | None = None) -> dict:
+def summarize(
+    requests: pa.Table,
+    steps: pa.Table,
+    *,
+    slo: Slo,
+    num_gpus: int,
+    num_replicas: int,
+    kv_capacity_tokens: list[int],
+    kv_num_blocks: list[int],
+    gpu: GPU,
+    cost: CostConfig | None = None,
+) -> dict[str, Any]:
     """The summary.json object (GUIDE section 3), from the two tables.
 
     ``kv_capacity_tokens`` and ``kv_num_blocks`` are per model (``model_id``): one entry for a
@@ -170,9 +193,20 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
 
     ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
     """
-    col = {name: _column(requests, name)
-           for name in ("arrival_time_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
-                        "e2e_s", "itl_s", "queueing_delay_s", "num_preemptions")}
+    col = {
+        name: _column(requests, name)
+        for name in (
+            "arrival_time_s",
+            "prompt_tokens",
+            "output_tokens",
+            "ttft_s",
+            "tpot_s",
+            "e2e_s",
+            "itl_s",
+            "queueing_delay_s",
+            "num_preemptions",
+        )
+    }
     status = np.asarray(requests.column("status").to_pylist(), dtype=object)
     completed = status == COMPLETED
     start = _column(steps, "start_time_s")
@@ -197,11 +231,13 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
             values = np.nan_to_num(col[name], nan=0.0) if name == "tpot_s" else col[name]
             good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
     # each row's share of its own model's pool (models sharing a GPU have a pool each)
-    kv_used = (_column(steps, "kv_blocks_used").astype(float)
-               / np.asarray(kv_num_blocks, dtype=float)[_column(steps, "model_id")])
+    kv_used = (
+        _column(steps, "kv_blocks_used").astype(float)
+        / np.asarray(kv_num_blocks, dtype=float)[_column(steps, "model_id")]
+    )
     busy = float(duration.sum())
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
-    out = {
+    out: dict[str, Any] = {
         "ttft_s": distribution(col["ttft_s"][completed]),
         "tpot_s": distribution(col["tpot_s"]),
         "itl_s": distribution(col["itl_s"]),
@@ -230,22 +266,31 @@ def summarize(requests: pa.Table, steps: pa.Table, *, slo: Slo, num_gpus: int,
             "max": float(kv_used.max()) if len(kv_used) else None,
         },
         "gpu_busy_fraction": busy_fraction,
-        "cost": fleet_cost(cost or CostConfig(), gpu, num_gpus=num_gpus, duration_s=span_s,
-                           completed_requests=int(completed.sum()), good_requests=int(good.sum()),
-                           input_tokens=in_tokens, output_tokens=out_tokens,
-                           gpu_busy_fraction=busy_fraction),
+        "cost": fleet_cost(
+            cost or CostConfig(),
+            gpu,
+            num_gpus=num_gpus,
+            duration_s=span_s,
+            completed_requests=int(completed.sum()),
+            good_requests=int(good.sum()),
+            input_tokens=in_tokens,
+            output_tokens=out_tokens,
+            gpu_busy_fraction=busy_fraction,
+        ),
     }
     if len(kv_capacity_tokens) > 1:
         out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)
     return out
 
 
-def to_json(summary: dict) -> str:
+def to_json(summary: dict[str, Any]) -> str:
     """JSON text with NaN written as null (NaN is not JSON)."""
-    def clean(x):
+
+    def clean(x: object) -> object:
         if isinstance(x, dict):
             return {k: clean(v) for k, v in x.items()}
         if isinstance(x, float) and not math.isfinite(x):
             return None
         return x
+
     return json.dumps(clean(summary), indent=2) + "\n"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,8 +55,10 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY_FILE).unlink(missing_ok=True)  # an older run's summary must not linger
-    _atomic_write(out / CONFIG_FILE,
-                  lambda p: Path(p).write_text(OmegaConf.to_yaml(OmegaConf.create(result.config))))
+    _atomic_write(
+        out / CONFIG_FILE,
+        lambda p: Path(p).write_text(OmegaConf.to_yaml(OmegaConf.create(result.config))),
+    )
     _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))

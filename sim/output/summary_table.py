@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 
-def _num(x, digits: int = 3) -> str:
+def _num(x: float | None, digits: int = 3) -> str:
+    """``digits`` significant digits; thousands with separators; "-" for a missing value."""
     if x is None:
         return "-"
-    if abs(x) >= 1000:
+    # decided on the rounded value: 999.7 rounds to 1000 and is printed as 1,000, not 1e+03
+    if abs(float(f"{x:.{digits}g}")) >= 1000:
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
 
@@ -16,12 +18,12 @@ def _num(x, digits: int = 3) -> str:
 def _placement(node: Mapping) -> str:
     if node.get("mode", "single") == "single":
         return ""
-    return (f", {node['mode']} with {node['second_model']} "
-            f"({node['traffic_share']:.0%} of requests)")
+    return f", {node['mode']} with {node['second_model']} ({node['traffic_share']:.0%} of requests)"
 
 
-def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None,
-                   choices: Mapping | None = None) -> str:
+def format_summary(
+    summary: Mapping, cfg: Mapping, output_dir: str | None = None, choices: Mapping | None = None
+) -> str:
     """The summary table; ``choices`` are Hydra's group choices (names the policies)."""
     model = cfg["model"]["name"]
     gpu = cfg["hardware"]["name"]
@@ -31,9 +33,10 @@ def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None
     sched = choices.get("scheduler") or cfg["scheduler"]["_target_"].rsplit(".", 1)[-1]
     router = choices.get("router") or cfg["router"]["_target_"].rsplit(".", 1)[-1]
     step_time = choices.get("step_time") or cfg["step_time"]["_target_"].rsplit(".", 1)[-1]
+    gpus = f"{summary['num_gpus']} GPU{'s' if summary['num_gpus'] != 1 else ''}"
     lines = [
         f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {fleet['tp']} {gpu} "
-        f"({summary['num_gpus']} GPUs), weights {prec['weights']}, KV {prec['kv']}, "
+        f"({gpus}), weights {prec['weights']}, KV {prec['kv']}, "
         f"scheduler {sched}, router {router}, step time {step_time}"
         + _placement(cfg.get("placement") or {}),
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
@@ -42,19 +45,31 @@ def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None
         "",
         f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}",
     ]
-    rows = (("TTFT", "ttft_s"), ("TPOT (vLLM)", "tpot_s"), ("ITL (LLMPerf, e2e/out)", "itl_s"),
-            ("E2E", "e2e_s"), ("queueing delay", "queueing_delay_s"))
+    rows = (
+        ("TTFT", "ttft_s"),
+        ("TPOT (vLLM)", "tpot_s"),
+        ("ITL (LLMPerf, e2e/out)", "itl_s"),
+        ("E2E", "e2e_s"),
+        ("queueing delay", "queueing_delay_s"),
+    )
     for label, key in rows:
         d = summary[key]
-        lines.append(f"{label:<28}" + "".join(f"{_num(d[k]):>9}"
-                                             for k in ("mean", "p50", "p90", "p95", "p99")))
+        lines.append(
+            f"{label:<28}"
+            + "".join(f"{_num(d[k]):>9}" for k in ("mean", "p50", "p90", "p95", "p99"))
+        )
     t = summary["throughput"]
     slo = summary["slo"]
-    bounds = ", ".join(f"{k.removesuffix('_s')} <= {v:g} s" for k, v in slo.items()
-                       if v is not None) or "none"
+    bounds = (
+        ", ".join(f"{k.removesuffix('_s')} <= {v:g} s" for k, v in slo.items() if v is not None)
+        or "none"
+    )
     good = summary["goodput_requests_per_s"]
-    share = (f" ({good / t['requests_per_s']:.0%} of completed)"
-             if good is not None and t["requests_per_s"] else "")
+    share = (
+        f" ({good / t['requests_per_s']:.0%} of completed)"
+        if good is not None and t["requests_per_s"]
+        else ""
+    )
     kv = summary["kv_utilization"]
     cost = summary["cost"]
     lines += [
@@ -63,7 +78,8 @@ def format_summary(summary: Mapping, cfg: Mapping, output_dir: str | None = None
         f"output tok/s, {_num(t['total_tokens_per_s'])} total tok/s",
         f"goodput:    {_num(good)} req/s meeting SLO ({bounds}){share}",
         f"KV cache:   {summary['kv_capacity_tokens']:,} tokens per replica, "
-        f"mean use {_num(kv['mean'] and 100 * kv['mean'])}%, peak {_num(kv['max'] and 100 * kv['max'])}%",
+        f"mean use {_num(kv['mean'] and 100 * kv['mean'])}%, "
+        f"peak {_num(kv['max'] and 100 * kv['max'])}%",
         f"cost:       ${cost['usd_per_hour']:,.2f}/hour, "
         f"${_num(cost['usd_per_million_output_tokens'])} per million output tokens",
     ]

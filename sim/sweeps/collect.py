@@ -23,9 +23,9 @@ of ``requests/``, so the two tables join on ``run_id`` without a cast.
 Config column types come from the values: bool, int64, float64 (ints mixed with floats),
 string (text, or values of mixed kinds written as JSON); null where a run lacks the key. Summary
 metric types are declared (``METRIC_TYPES``; float64 otherwise), so they do not change from
-sweep to sweep. Both tables carry ``fleetcast_schema_version`` in their Parquet file metadata. The output is written into a
-temporary folder beside ``out_dir`` and renamed into place at the end, so ``out_dir`` is either
-the previous complete dataset or the new complete one.
+sweep to sweep. Both tables carry ``fleetcast_schema_version`` in their Parquet file metadata.
+The output is written into a temporary folder beside ``out_dir`` and renamed into place at the
+end, so ``out_dir`` is either the previous complete dataset or the new complete one.
 """
 
 from __future__ import annotations
@@ -73,9 +73,20 @@ def _canonical(value: object) -> str:
 # runs.parquet agrees (a column null in every run of one sweep is not a different type). Counts
 # are integers, the two cost labels strings, every other metric float64.
 METRIC_TYPES = {
-    **{name: pa.int64() for name in ("num_requests", "completed", "rejected", "unfinished",
-                                     "num_preemptions", "num_steps", "num_replicas", "num_gpus",
-                                     "kv_capacity_tokens")},
+    **{
+        name: pa.int64()
+        for name in (
+            "num_requests",
+            "completed",
+            "rejected",
+            "unfinished",
+            "num_preemptions",
+            "num_steps",
+            "num_replicas",
+            "num_gpus",
+            "kv_capacity_tokens",
+        )
+    },
     "cost.tier": pa.string(),
     "cost.price_source": pa.string(),
 }
@@ -115,18 +126,21 @@ def _swept_columns(runs: list[Run]) -> tuple[list[str], list[str]]:
     for key in dict.fromkeys(k for run in runs for k in run.config):
         values = {_canonical(run.config.get(key)) for run in runs}
         in_runs = sum(key in run.config for run in runs)
-        overridden_here = key in overridden or any(key.startswith(f"{o}.") for o in overridden
-                                                   if o not in groups)
+        overridden_here = key in overridden or any(
+            key.startswith(f"{o}.") for o in overridden if o not in groups
+        )
         if len(values) > 1 or in_runs < len(runs) or overridden_here:
             keys.append(key)
     return groups, keys
 
 
 def _metadata(extra: dict[str, str] | None = None) -> dict[bytes, bytes]:
-    meta = {"fleetcast_schema_version": SCHEMA_VERSION,
-            "fleetcast_version": sim.__version__,
-            "created_by": CREATED_BY,
-            **(extra or {})}
+    meta = {
+        "fleetcast_schema_version": SCHEMA_VERSION,
+        "fleetcast_version": sim.__version__,
+        "created_by": CREATED_BY,
+        **(extra or {}),
+    }
     return {k.encode(): v.encode() for k, v in meta.items()}
 
 
@@ -153,14 +167,15 @@ def runs_table(runs: list[Run]) -> tuple[pa.Table, list[str]]:
         params.append(name)
     # Summary metrics that are null in some runs (cost.energy when energy is off) appear
     # through their sub-keys in the others: give them those columns, never a bare one.
-    metric_names = [n for n in metric_names
-                    if not any(m.startswith(f"{n}.") for m in metric_names)]
+    metric_names = [n for n in metric_names if not any(m.startswith(f"{n}.") for m in metric_names)]
     for name in metric_names:
         values = [run.summary.get(name) for run in runs]
         type_ = METRIC_TYPES.get(name, pa.float64())  # declared, whatever this sweep's values
         columns[name] = (_as_type(values, type_), type_)
-    schema = pa.schema([(name, type_) for name, (_, type_) in columns.items()],
-                       metadata=_metadata({"fleetcast_swept_keys": json.dumps(params)}))
+    schema = pa.schema(
+        [(name, type_) for name, (_, type_) in columns.items()],
+        metadata=_metadata({"fleetcast_swept_keys": json.dumps(params)}),
+    )
     arrays = [pa.array(values, type=type_) for values, type_ in columns.values()]
     return pa.Table.from_arrays(arrays, schema=schema), params
 
@@ -174,8 +189,9 @@ def _read_requests(run: Run, schema_only: bool = False) -> pa.Table | pa.Schema:
     try:
         return pq.read_schema(path) if schema_only else pq.read_table(path)
     except Exception as err:
-        raise CollectError(f"run {run.run_id}: cannot read requests.parquet: "
-                           f"{' '.join(str(err).split())}") from None
+        raise CollectError(
+            f"run {run.run_id}: cannot read requests.parquet: {' '.join(str(err).split())}"
+        ) from None
 
 
 def write_requests(runs: list[Run], requests_dir: Path) -> int:
@@ -186,17 +202,23 @@ def write_requests(runs: list[Run], requests_dir: Path) -> int:
     """
     schemas = [_read_requests(run, schema_only=True) for run in runs]
     try:
-        schema = pa.unify_schemas([s.remove_metadata() for s in schemas],
-                                  promote_options="permissive")
+        schema = pa.unify_schemas(
+            [s.remove_metadata() for s in schemas], promote_options="permissive"
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise CollectError(f"the runs' requests.parquet files have clashing columns: "
-                           f"{' '.join(str(err).split())}") from None
+        raise CollectError(
+            f"the runs' requests.parquet files have clashing columns: {' '.join(str(err).split())}"
+        ) from None
     schema = schema.with_metadata(_metadata())
     total = 0
     for run in runs:
         table = _read_requests(run)
-        arrays = [table.column(f.name).cast(f.type) if f.name in table.column_names
-                  else pa.nulls(len(table), f.type) for f in schema]
+        arrays = [
+            table.column(f.name).cast(f.type)
+            if f.name in table.column_names
+            else pa.nulls(len(table), f.type)
+            for f in schema
+        ]
         table = pa.Table.from_arrays(arrays, schema=schema)
         part = requests_dir / f"run_id={quote(run.run_id, safe='')}"
         part.mkdir(parents=True)
@@ -218,8 +240,9 @@ def _is_collect_output(path: Path) -> bool:
     return meta.get(b"created_by") == CREATED_BY.encode()
 
 
-def collect(sweep_dir: str | Path, out_dir: str | Path | None = None, *,
-            include_requests: bool = True) -> CollectResult:
+def collect(
+    sweep_dir: str | Path, out_dir: str | Path | None = None, *, include_requests: bool = True
+) -> CollectResult:
     """Collect the finished runs under ``sweep_dir`` into ``out_dir`` (default
     ``sweep_dir/collected``); see the module docstring for the layout."""
     sweep = Path(sweep_dir)
@@ -230,21 +253,27 @@ def collect(sweep_dir: str | Path, out_dir: str | Path | None = None, *,
     if out == sweep or out in sweep.parents:
         raise CollectError(f"--out {str(out)!r} would replace the sweep folder itself")
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _is_collect_output(out))):
-        raise CollectError(f"--out {str(out)!r} exists and is not an earlier collect output; "
-                           "refusing to replace it")
+        raise CollectError(
+            f"--out {str(out)!r} exists and is not an earlier collect output; "
+            "refusing to replace it"
+        )
 
     finished, unfinished = find_runs(sweep, skip=(out,))
     unfinished_ids = [_run_id(sweep, p) for p in unfinished]
     if not finished:
         extra = f" ({len(unfinished)} unfinished)" if unfinished else ""
-        raise CollectError(f"no finished runs (folders with config.yaml and summary.json) "
-                           f"under {str(sweep)!r}{extra}")
+        raise CollectError(
+            f"no finished runs (folders with config.yaml and summary.json) "
+            f"under {str(sweep)!r}{extra}"
+        )
     runs = [read_run(sweep, p) for p in finished]
     if include_requests:
         missing = [r.run_id for r in runs if not (r.path / REQUESTS_FILE).is_file()]
         if missing:
-            raise CollectError(f"run {missing[0]}: summary.json but no requests.parquet "
-                               "(use --no-requests to collect the summaries only)")
+            raise CollectError(
+                f"run {missing[0]}: summary.json but no requests.parquet "
+                "(use --no-requests to collect the summaries only)"
+            )
     table, params = runs_table(runs)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -258,13 +287,24 @@ def collect(sweep_dir: str | Path, out_dir: str | Path | None = None, *,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    swept_values = {p: sorted({v for v in table.column(p).to_pylist() if v is not None},
-                              key=lambda v: (str(type(v)), v)) for p in params}
+    swept_values = {
+        p: sorted(
+            {v for v in table.column(p).to_pylist() if v is not None},
+            key=lambda v: (str(type(v)), v),
+        )
+        for p in params
+    }
     return CollectResult(
-        out_dir=out, runs_path=out / "runs.parquet",
+        out_dir=out,
+        runs_path=out / "runs.parquet",
         requests_dir=out / "requests" if include_requests else None,
-        run_ids=[r.run_id for r in runs], unfinished=unfinished_ids, swept_keys=params,
-        num_requests=num_requests, num_columns=table.num_columns, swept_values=swept_values)
+        run_ids=[r.run_id for r in runs],
+        unfinished=unfinished_ids,
+        swept_keys=params,
+        num_requests=num_requests,
+        num_columns=table.num_columns,
+        swept_values=swept_values,
+    )
 
 
 def _replace(new: Path, out: Path) -> None:
@@ -297,8 +337,10 @@ def _shorten(values: list, limit: int = 6) -> str:
 def format_result(result: CollectResult, sweep_dir: str | Path) -> str:
     lines = [f"collected {len(result.run_ids)} run(s) from {sweep_dir}"]
     if result.unfinished:
-        lines.append(f"skipped {len(result.unfinished)} unfinished run(s) (no summary.json): "
-                     f"{_shorten(result.unfinished)}")
+        lines.append(
+            f"skipped {len(result.unfinished)} unfinished run(s) (no summary.json): "
+            f"{_shorten(result.unfinished)}"
+        )
     if result.swept_keys:
         lines.append("swept:")
         width = max(len(k) for k in result.swept_keys)
@@ -308,11 +350,14 @@ def format_result(result: CollectResult, sweep_dir: str | Path) -> str:
             lines.append(f"  ... and {len(result.swept_keys) - 20} more")
     else:
         lines.append("swept: nothing (every run has the same config)")
-    lines.append(f"runs:     {result.runs_path} ({len(result.run_ids)} rows, "
-                 f"{result.num_columns} columns)")
+    lines.append(
+        f"runs:     {result.runs_path} ({len(result.run_ids)} rows, {result.num_columns} columns)"
+    )
     if result.requests_dir is not None:
-        lines.append(f"requests: {result.requests_dir}/ ({result.num_requests:,} rows, "
-                     "Hive-partitioned by run_id)")
+        lines.append(
+            f"requests: {result.requests_dir}/ ({result.num_requests:,} rows, "
+            "Hive-partitioned by run_id)"
+        )
     return "\n".join(lines)
 
 
@@ -321,14 +366,22 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="fleetcast collect",
         description="Collect a sweep's finished runs into one Parquet dataset: runs.parquet "
-                    "(one row per run: swept config keys and summary metrics) and requests/ "
-                    "(every run's requests, Hive-partitioned by run_id).")
+        "(one row per run: swept config keys and summary metrics) and requests/ "
+        "(every run's requests, Hive-partitioned by run_id).",
+    )
     parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the multirun folder")
-    parser.add_argument("--out", metavar="PATH", default=None,
-                        help="where to write the dataset (default: SWEEP_DIR/collected); an "
-                             "earlier collect output there is replaced")
-    parser.add_argument("--no-requests", action="store_true",
-                        help="write runs.parquet only, not the per-request dataset")
+    parser.add_argument(
+        "--out",
+        metavar="PATH",
+        default=None,
+        help="where to write the dataset (default: SWEEP_DIR/collected); an "
+        "earlier collect output there is replaced",
+    )
+    parser.add_argument(
+        "--no-requests",
+        action="store_true",
+        help="write runs.parquet only, not the per-request dataset",
+    )
     args = parser.parse_args(argv)
     try:
         result = collect(args.sweep_dir, args.out, include_requests=not args.no_requests)

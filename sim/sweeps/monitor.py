@@ -30,14 +30,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from sim.output.run_files import CONFIG_FILE, ERROR_FILE, SUMMARY_FILE
+from sim.output.run_files import ERROR_FILE, SUMMARY_FILE
 
 
 def count_jobs(task_overrides: list[str]) -> int:
     """Jobs a basic sweep over ``task_overrides`` launches: the product of the sweep sizes."""
     parsed = OverridesParser.create().parse_overrides(list(task_overrides))
-    return prod(len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1
-                for o in parsed)
+    return prod(
+        len(list(o.sweep_string_iterator())) if o.is_sweep_override() else 1 for o in parsed
+    )
 
 
 def swept_keys(task_overrides: list[str]) -> set[str]:
@@ -56,8 +57,9 @@ def _count(sweep_dir: Path, marker: str) -> int:
     return sum(1 for d in _job_dirs(sweep_dir) if (d / marker).exists())
 
 
-def rank_table(sweep_dir: Path, min_slo_attainment: float, width: int = 8,
-               keys: set[str] | None = None) -> str:
+def rank_table(
+    sweep_dir: Path, min_slo_attainment: float, width: int = 8, keys: set[str] | None = None
+) -> str:
     """One screen: the cheapest configurations that meet the SLO, cheapest first; each named
     by its overrides of ``keys`` (all of them when None)."""
     rows, missed, failed = [], 0, 0
@@ -70,24 +72,43 @@ def rank_table(sweep_dir: Path, min_slo_attainment: float, width: int = 8,
         s = json.loads((job / SUMMARY_FILE).read_text())
         overrides_file = job / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
-        label = " ".join(o for o in overrides or []
-                         if keys is None or o.split("=")[0].lstrip("+~") in keys) or job.name
+        label = (
+            " ".join(
+                o for o in overrides or [] if keys is None or o.split("=")[0].lstrip("+~") in keys
+            )
+            or job.name
+        )
         attained = slo_attainment(s)
         if attained is None or attained < min_slo_attainment:
             missed += 1
             continue
         cost = s["cost"]
-        rows.append((cost["usd_per_hour"], cost.get("usd_per_million_output_tokens") or 0.0,
-                     job.name, label, attained, s["ttft_s"]["p99"], s["tpot_s"]["p99"]))
+        rows.append(
+            (
+                cost["usd_per_hour"],
+                cost.get("usd_per_million_output_tokens") or 0.0,
+                job.name,
+                label,
+                attained,
+                s["ttft_s"]["p99"],
+                s["tpot_s"]["p99"],
+            )
+        )
     rows.sort()
-    lines = [f"{len(rows)} configuration(s) meet the SLO for >= {min_slo_attainment:.0%} of "
-             f"requests; {missed} miss it; {failed} failed. Cheapest first:"]
+    lines = [
+        f"{len(rows)} configuration(s) meet the SLO for >= {min_slo_attainment:.0%} of "
+        f"requests; {missed} miss it; {failed} failed. Cheapest first:"
+    ]
     if rows:
-        lines.append(f"{'job':>5} {'$/hour':>9} {'$/M out':>8} {'SLO met':>8} {'TTFT p99':>9} "
-                     f"{'TPOT p99':>9}  overrides")
+        lines.append(
+            f"{'job':>5} {'$/hour':>9} {'$/M out':>8} {'SLO met':>8} {'TTFT p99':>9} "
+            f"{'TPOT p99':>9}  overrides"
+        )
         for usd_h, usd_m, name, label, attained, ttft, tpot in rows[:width]:
-            lines.append(f"{name:>5} {usd_h:9.2f} {usd_m:8.3f} {attained:8.1%} {ttft:8.3f}s "
-                         f"{(tpot or 0):8.4f}s  {label}")
+            lines.append(
+                f"{name:>5} {usd_h:9.2f} {usd_m:8.3f} {attained:8.1%} {ttft:8.3f}s "
+                f"{(tpot or 0):8.4f}s  {label}"
+            )
         if len(rows) > width:
             lines.append(f"... and {len(rows) - width} more (fleetcast collect {sweep_dir})")
     return "\n".join(lines)
@@ -95,8 +116,11 @@ def rank_table(sweep_dir: Path, min_slo_attainment: float, width: int = 8,
 
 def slo_attainment(summary: dict) -> float | None:
     """Share of all requests (rejected and unfinished included) that met every SLO bound."""
-    good, span, n = (summary.get("goodput_requests_per_s"), summary.get("duration_s"),
-                     summary.get("num_requests"))
+    good, span, n = (
+        summary.get("goodput_requests_per_s"),
+        summary.get("duration_s"),
+        summary.get("num_requests"),
+    )
     if good is None or not span or not n:
         return None
     return good * span / n
@@ -105,15 +129,16 @@ def slo_attainment(summary: dict) -> float | None:
 class SweepMonitor(Callback):
     """Progress while a sweep runs, and the ranking table when it ends (parent process only)."""
 
-    def __init__(self, min_slo_attainment: float = 0.99, poll_s: float = 0.5,
-                 table_rows: int = 8):
+    def __init__(
+        self, min_slo_attainment: float = 0.99, poll_s: float = 0.5, table_rows: int = 8
+    ) -> None:
         self.min_slo_attainment = float(min_slo_attainment)
         self.poll_s = float(poll_s)
         self.table_rows = int(table_rows)
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Launchers pickle the callbacks along with each job; the watcher stays home.
         return {**self.__dict__, "_stop": None, "_thread": None}
 
@@ -123,23 +148,33 @@ class SweepMonitor(Callback):
         # Jobs already complete (a resumed sweep) are not counted as work still to do.
         before = _count(sweep_dir, SUMMARY_FILE)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True,
-                                        args=(sweep_dir, total, before))
+        self._thread = threading.Thread(
+            target=self._watch, daemon=True, args=(sweep_dir, total, before)
+        )
         self._thread.start()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self._thread is not None:
+            assert self._stop is not None  # set with the thread
             self._stop.set()
             self._thread.join()
         sweep_dir = Path(config.hydra.sweep.dir)
-        print(rank_table(sweep_dir, self.min_slo_attainment, self.table_rows,
-                         swept_keys(list(config.hydra.overrides.task))), flush=True)
+        print(
+            rank_table(
+                sweep_dir,
+                self.min_slo_attainment,
+                self.table_rows,
+                swept_keys(list(config.hydra.overrides.task)),
+            ),
+            flush=True,
+        )
         failed = _count(sweep_dir, ERROR_FILE)
         if failed:  # the others ran; the command still says something went wrong
             print(f"{failed} job(s) failed: see {sweep_dir}/*/{ERROR_FILE}", file=sys.stderr)
             raise SystemExit(1)
 
     def _watch(self, sweep_dir: Path, total: int, before: int) -> None:
+        assert self._stop is not None  # set before the thread starts
         start = time.monotonic()
         shown = ""
         while True:
@@ -150,8 +185,7 @@ class SweepMonitor(Callback):
             elapsed = time.monotonic() - start
             left = total - done - failed
             eta = f"{elapsed / new * left:.0f} s left" if new and left > 0 else "-"
-            line = (f"sweep: {done}/{total} done, {failed} failed, {elapsed:.0f} s elapsed, "
-                    f"{eta}")
+            line = f"sweep: {done}/{total} done, {failed} failed, {elapsed:.0f} s elapsed, {eta}"
             if sys.stderr.isatty():
                 print("\r" + line.ljust(len(shown)), end="", file=sys.stderr, flush=True)
             elif line.split(",")[0] != shown.split(",")[0] or stopping:

@@ -13,11 +13,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
 from sim.config.legacy import canonical_config
+from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
 from sim.sweeps.resume import PRESENTATION_KEYS
 
 # libyaml's loader where installed: reading the YAML is most of the time a collect takes.
@@ -40,7 +41,7 @@ class Run:
     choices: dict[str, str]  # config group -> option name
 
 
-def _natural_key(run_id: str) -> list:
+def _natural_key(run_id: str) -> list[int | str]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", run_id)]
 
 
@@ -51,6 +52,8 @@ def find_runs(sweep_dir: Path, skip: tuple[Path, ...] = ()) -> tuple[list[Path],
     run writes it last). Hidden folders (``.hydra``, temporaries) and ``skip`` are not searched,
     nor are the insides of a run folder.
     """
+    finished: list[Path]
+    unfinished: list[Path]
     finished, unfinished = [], []
     skip_set = {p.resolve() for p in skip}
     for root, dirs, files in os.walk(sweep_dir):
@@ -59,10 +62,11 @@ def find_runs(sweep_dir: Path, skip: tuple[Path, ...] = ()) -> tuple[list[Path],
             (finished if SUMMARY_FILE in files else unfinished).append(here)
             dirs[:] = []
             continue
-        dirs[:] = sorted(d for d in dirs
-                         if not d.startswith(".") and (here / d).resolve() not in skip_set)
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and (here / d).resolve() not in skip_set
+        )
 
-    def order(p: Path):
+    def order(p: Path) -> list[int | str]:
         return _natural_key(_run_id(sweep_dir, p))
 
     return sorted(finished, key=order), sorted(unfinished, key=order)
@@ -90,19 +94,21 @@ def flatten(node: object, prefix: str = "", *, keep_lists: bool) -> dict:
 
 
 def _override_key(override: str) -> str | None:
-    """``fleet.replicas`` of ``fleet.replicas=2`` (also ``+k=v``, ``++k=v``, ``~k``, ``k@pkg=v``)."""
+    """``fleet.replicas`` of ``fleet.replicas=2`` (also ``+k=v``, ``++k=v``, ``~k``,
+    ``k@pkg=v``)."""
     key = override.split("=", 1)[0].lstrip("~+").split("@", 1)[0].strip()
     if not key or key in NOT_PARAMETERS or key == "hydra" or key.startswith(("hydra.", "hydra/")):
         return None
     return key
 
 
-def _load_yaml(path: Path, run_id: str):
+def _load_yaml(path: Path, run_id: str) -> Any:
     try:
         return yaml.load(path.read_text(), Loader=_YAML_LOADER)
     except (OSError, yaml.YAMLError) as err:
-        raise CollectError(f"run {run_id}: cannot read {path.name}: "
-                           f"{' '.join(str(err).split())}") from None
+        raise CollectError(
+            f"run {run_id}: cannot read {path.name}: {' '.join(str(err).split())}"
+        ) from None
 
 
 def read_run(sweep_dir: Path, run_dir: Path) -> Run:
@@ -111,8 +117,10 @@ def read_run(sweep_dir: Path, run_dir: Path) -> Run:
         config = yaml.load((run_dir / CONFIG_FILE).read_text(), Loader=_YAML_LOADER)
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except Exception as err:  # a damaged file: name the run, in one line
-        raise CollectError(f"run {run_id}: cannot read its config.yaml or summary.json: "
-                           f"{' '.join(str(err).split())}") from None
+        raise CollectError(
+            f"run {run_id}: cannot read its config.yaml or summary.json: "
+            f"{' '.join(str(err).split())}"
+        ) from None
     if not isinstance(config, dict) or not isinstance(summary, dict):
         raise CollectError(f"run {run_id}: config.yaml and summary.json must each hold a mapping")
     # older spellings made current (sim.config.legacy): a run from an older Fleetcast and
@@ -137,11 +145,17 @@ def read_run(sweep_dir: Path, run_dir: Path) -> Run:
         for group, option in (runtime.get("choices") or {}).items():
             if not str(group).startswith("hydra") and option is not None:
                 choices[str(group)] = str(option)
-    return Run(run_id, run_dir, flatten(config, keep_lists=True),
-                flatten(summary, keep_lists=False), override_keys, choices)
+    return Run(
+        run_id,
+        run_dir,
+        flatten(config, keep_lists=True),
+        flatten(summary, keep_lists=False),
+        override_keys,
+        choices,
+    )
 
 
-def _lookup(config: dict, dotted: str):
+def _lookup(config: dict[str, Any], dotted: str) -> object:
     node: object = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:

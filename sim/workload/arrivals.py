@@ -33,8 +33,30 @@ HOURS_PER_DAY = 24
 # evening tail. Illustrative (no shipped trace spans a day); averages exactly 1.0 so ``qps`` is
 # the daily mean rate and the peak is ~1.6x the mean, the night trough ~0.3x.
 DEFAULT_DAILY_PROFILE = (
-    0.55, 0.40, 0.33, 0.30, 0.30, 0.35, 0.50, 0.75, 1.05, 1.30, 1.50, 1.60,
-    1.60, 1.60, 1.60, 1.55, 1.50, 1.40, 1.30, 1.20, 1.05, 0.90, 0.75, 0.62,
+    0.55,
+    0.40,
+    0.33,
+    0.30,
+    0.30,
+    0.35,
+    0.50,
+    0.75,
+    1.05,
+    1.30,
+    1.50,
+    1.60,
+    1.60,
+    1.60,
+    1.60,
+    1.55,
+    1.50,
+    1.40,
+    1.30,
+    1.20,
+    1.05,
+    0.90,
+    0.75,
+    0.62,
 )
 
 
@@ -181,6 +203,8 @@ def build_daily(cfg: Mapping) -> DailyArrivals:
         qps=params.number(cfg, "qps", required=True, gt=0, prefix="workload"),
         duration_s=params.number(cfg, "duration_s", required=True, gt=0, prefix="workload"),
         profile=tuple(float(v) for v in profile),
-        time_compression=params.number(cfg, "time_compression", default=1.0, gt=0, prefix="workload"),
+        time_compression=params.number(
+            cfg, "time_compression", default=1.0, gt=0, prefix="workload"
+        ),
         start_hour=params.number(cfg, "start_hour", default=0.0, ge=0, prefix="workload"),
     )

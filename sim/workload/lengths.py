@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -130,7 +130,7 @@ def build_length(spec: object, name: str) -> LengthDist:
     return FixedLength(_whole(spec, name))
 
 
-def _whole(value: object, name: str) -> int:
+def _whole(value: Any, name: str) -> int:
     """A fixed length given as a bare number: a whole number >= 1."""
     ok = (
         isinstance(value, (int, float))
@@ -143,7 +143,8 @@ def _whole(value: object, name: str) -> int:
     return int(value)
 
 
-def _from_mapping(spec: Mapping, name: str) -> LengthDist:
+def _from_mapping(spec: Mapping[str, Any], name: str) -> LengthDist:
+    high: int | None  # None: no upper bound (lognormal)
     kind = params.choice(spec, "dist", DISTS, prefix=name)
     if kind == "fixed":
         return FixedLength(params.integer(spec, "value", required=True, ge=1, prefix=name))
@@ -172,8 +173,12 @@ def _from_mapping(spec: Mapping, name: str) -> LengthDist:
     return EmpiricalLength(values.astype(np.int64))
 
 
-def build_lengths(cfg: Mapping, prefix: str = "workload") -> tuple[LengthDist, LengthDist]:
+def build_lengths(
+    cfg: Mapping[str, Any], prefix: str = "workload"
+) -> tuple[LengthDist, LengthDist]:
     """(prompt, output) distributions of a workload config; ``pattern`` wins when set."""
+    prompt_spec: object
+    output_spec: object
     pattern = cfg.get("pattern")
     if pattern is not None:
         params.choice(cfg, "pattern", list(PATTERNS), prefix=prefix)

@@ -86,7 +86,8 @@ def _daily(cfg: Mapping, seed: int) -> Workload:
     times = process.times_s(stream(seed, "workload.arrivals"), cap)
     if times.size == 0:
         raise ConfigError(
-            "workload.duration_s", process.duration_s,
+            "workload.duration_s",
+            process.duration_s,
             f"no request arrived (expected ~{process.qps * process.duration_s:.2f}); "
             "raise qps or duration_s",
         )

@@ -37,10 +37,10 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from sim.config import params
-from sim.resources import resolve_path
 from sim.arrow_numpy import column_to_numpy
+from sim.config import params
 from sim.errors import ConfigError
+from sim.resources import resolve_path
 from sim.rng import stream
 
 TRACE_COLUMNS = ("arrival_time_s", "prompt_tokens", "output_tokens")
@@ -64,7 +64,8 @@ def read_columns(
         missing = [c for c in columns if c not in names]
         if missing:
             raise ConfigError(
-                field, shown,
+                field,
+                shown,
                 f"missing column(s) {', '.join(missing)}; need {', '.join(columns)}",
             )
         if path.suffix.lower() == ".csv":
@@ -127,7 +128,8 @@ def load_trace(path: object, field: str = "workload.path") -> Trace:
     if back.size:
         row = int(back[0]) + 1
         raise ConfigError(
-            field, shown,
+            field,
+            shown,
             f"arrival_time_s decreases at row {row} ({arrival[row]} < {arrival[row - 1]});"
             " sort the trace by arrival time",
         )
@@ -183,5 +185,6 @@ class TraceFilter:
 def _require_rows(keep: np.ndarray, field: str, value: float, trace: Trace) -> None:
     if not keep.any():
         span = float(trace.arrival_time_s[-1] - trace.arrival_time_s[0])
-        raise ConfigError(field, value, f"keeps 0 requests (the trace spans {span:.1f} s from "
-                                        "its first arrival)")
+        raise ConfigError(
+            field, value, f"keeps 0 requests (the trace spans {span:.1f} s from its first arrival)"
+        )

@@ -14,38 +14,8 @@ from sim.catalog.model import ModelSpec
 from sim.engine.step_time.profile import Profile, shipped_profile_dir
 from sim.errors import ConfigError
 from sim.resources import data_dir
+from tests.calibration.synthetic import KNOWN, synthetic_steps
 from tests.support import REPO_ROOT, compose
-
-KNOWN = {
-    "c0": 0.004,
-    "c_token": 6e-5,
-    "c_decode_seq": 2e-5,
-    "c_prefill_attn": 3e-10,
-    "c_decode_attn": 4e-8,
-    "c_prefill_step": 5e-4,
-}
-
-
-def synthetic_steps(path, n=400, noise=0.0, seed=0):
-    rng = np.random.default_rng(seed)
-    p = rng.integers(0, 4096, n) * (rng.random(n) < 0.5)
-    d = rng.integers(0, 256, n)
-    d[(p == 0) & (d == 0)] = 1
-    ap = p * (p + rng.integers(0, 2048, n))
-    ad = d * rng.integers(64, 8192, n)
-    t = (
-        KNOWN["c0"]
-        + KNOWN["c_token"] * (p + d)
-        + KNOWN["c_decode_seq"] * d
-        + KNOWN["c_prefill_attn"] * ap
-        + KNOWN["c_decode_attn"] * ad
-        + KNOWN["c_prefill_step"] * (p > 0)
-    )
-    t = t * (1 + noise * rng.standard_normal(n))
-    lines = ["num_prefill_tokens,num_decode_seqs,prefill_attn,decode_context,step_time_s"]
-    lines += [f"{a},{b},{c},{e},{float(f)!r}" for a, b, c, e, f in zip(p, d, ap, ad, t)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_fitting_recovers_the_coefficients_that_made_the_data(tmp_path):
@@ -155,3 +125,68 @@ def test_fit_steps_keeps_every_coefficient_non_negative(tmp_path):
     cols["step_time_s"] = 0.01 - 1e-6 * cols["decode_context"] + 1e-4 * cols["num_decode_seqs"]
     coefficients, _ = fit_steps(cols)
     assert all(v >= 0 for v in coefficients.values())
+
+
+def _calibrate(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "sim", "calibrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+KERNELS = [
+    "--kernels",
+    "shipped:calibration",
+    "model=llama31_8b",
+    "hardware=h200",
+    "--backend",
+    "trtllm",
+    "--allreduce-latency",
+    "1e-5",
+    "--tp-exponent",
+    "0.7",
+]
+
+
+def test_calibrate_never_overwrites_a_shipped_profile(tmp_path):
+    """Without --out the profile goes to the current directory; a file already there, or a
+    shipped profile, is never replaced unless asked (--force), and a shipped one never."""
+    name = "meta_llama_llama_3_1_8b_h200_wbf16_kvbf16_trtllm.json"
+    shipped = shipped_profile_dir() / name
+    before = shipped.read_bytes()
+    proc = _calibrate(*KERNELS, "--c0", "0.001", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"profile: {tmp_path / name}\n")
+    written = Profile.load(tmp_path / name)
+    assert written.coefficients == Profile.load(shipped).coefficients
+    again = _calibrate(*KERNELS, "--c0", "0.002", cwd=tmp_path)
+    assert again.returncode == 2
+    assert again.stderr.strip().endswith("exists; use --force to replace it")
+    assert Profile.load(tmp_path / name).coefficients["c0"] == 0.001
+    forced = _calibrate(*KERNELS, "--c0", "0.002", "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert Profile.load(tmp_path / name).coefficients["c0"] == 0.002
+    into_shipped = _calibrate(*KERNELS, "--c0", "0", "--force", "--out", str(shipped), cwd=tmp_path)
+    assert into_shipped.returncode == 2
+    assert "is a profile Fleetcast ships" in into_shipped.stderr
+    assert shipped.read_bytes() == before
+
+
+def test_kernel_calibration_needs_the_step_overhead(tmp_path):
+    proc = _calibrate(*KERNELS, cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: calibrate.c0=None: required")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_an_allreduce_latency_the_profile_leaves_it_to_the_catalog(tmp_path):
+    args = [a for a in KERNELS if a not in ("--allreduce-latency", "1e-5")]
+    proc = _calibrate(*args, "--c0", "0.001", "--out", str(tmp_path / "p.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = Profile.load(tmp_path / "p.json")
+    assert profile.coefficients["c_allreduce_latency"] is None
+    assert profile.schema_version == 2

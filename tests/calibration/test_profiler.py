@@ -18,7 +18,11 @@ from sim.calibration.profiler import (
 from sim.catalog.model import ModelSpec
 from sim.errors import ConfigError
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch",
+    reason="PyTorch is not installed: pip install 'fleetcast[profile]' (CPU-only Linux: "
+    "add --extra-index-url https://download.pytorch.org/whl/cpu)",
+)
 
 TINY = ModelSpec(
     name="test/tiny",

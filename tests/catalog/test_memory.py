@@ -129,5 +129,5 @@ def test_format_plan_is_labelled():
     assert "128.0 KiB" in text
     assert "25,650" in text and "410,400" in text
     assert "requests of 1,024 tokens that fit at once" in text
-    line = next(l for l in text.splitlines() if "requests of 8,192" in l)
+    line = next(row for row in text.splitlines() if "requests of 8,192" in row)
     assert line.split()[-1] == "50"

@@ -14,8 +14,15 @@ from sim.resources import config_dir
 from sim.run import simulate
 from tests.support import compose
 
-TINY = ["fleet.replicas=1", "workload=poisson", "workload.num_requests=20", "workload.qps=10",
-        "workload.prompt_tokens=64", "workload.output_tokens=16", "sim.progress=false"]
+TINY = [
+    "fleet.replicas=1",
+    "workload=poisson",
+    "workload.num_requests=20",
+    "workload.qps=10",
+    "workload.prompt_tokens=64",
+    "workload.output_tokens=16",
+    "sim.progress=false",
+]
 
 # Options that need more than the defaults to fit or to run briefly.
 EXTRA = {
@@ -52,8 +59,11 @@ def test_every_option_composes_and_runs(group, option):
     if group == "workload":
         # keep the workload's own kind; only make it small
         overrides = [o for o in overrides if not o.startswith("workload")]
-        overrides += [f"workload={option}", "workload.num_requests=20",
-                      *EXTRA.get((group, option), [])]
+        overrides += [
+            f"workload={option}",
+            "workload.num_requests=20",
+            *EXTRA.get((group, option), []),
+        ]
     result = simulate(compose(*overrides))
     s = result.summary
     assert s["num_requests"] == result.requests.num_rows >= 1
@@ -63,20 +73,23 @@ def test_every_option_composes_and_runs(group, option):
     assert np.all(np.asarray(result.steps.column("duration_s")) > 0)
     # the run used the option's own values, except those the test overrode
     option_values = OmegaConf.to_container(OmegaConf.load(config_dir() / group / f"{option}.yaml"))
-    overridden = {o.split("=")[0].split(".", 1)[1] for o in overrides
-                  if o.startswith(f"{group}.")}
+    overridden = {o.split("=")[0].split(".", 1)[1] for o in overrides if o.startswith(f"{group}.")}
     for key, value in option_values.items():
         if key not in overridden and key != "defaults":
             assert result.config[group][key] == value, (group, option, key)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["hardware=b200", "precision.weights=fp4"],
-    ["hardware=h100_sxm", "precision.weights=fp8", "precision.kv=fp8"],
-    ["hardware=l40s", "fleet.tp=2"],
-    ["model=llama31_70b", "hardware=h200", "fleet.tp=2", "precision.weights=fp8"],
-    ["model=llama31_70b", "hardware=mi300x"],
-], ids=lambda o: " ".join(o))
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["hardware=b200", "precision.weights=fp4"],
+        ["hardware=h100_sxm", "precision.weights=fp8", "precision.kv=fp8"],
+        ["hardware=l40s", "fleet.tp=2"],
+        ["model=llama31_70b", "hardware=h200", "fleet.tp=2", "precision.weights=fp8"],
+        ["model=llama31_70b", "hardware=mi300x"],
+    ],
+    ids=lambda o: " ".join(o),
+)
 def test_precision_and_tp_combinations_run(overrides):
     result = simulate(compose(*TINY, *overrides))
     assert result.summary["completed"] == 20
@@ -85,11 +98,19 @@ def test_precision_and_tp_combinations_run(overrides):
 EXPERIMENTS = group_options("experiment") if (config_dir() / "experiment").is_dir() else []
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS or [
-    pytest.param(None, marks=pytest.mark.skip(reason="configs/experiment/ has no experiments yet"))])
+@pytest.mark.parametrize(
+    "name",
+    EXPERIMENTS
+    or [
+        pytest.param(
+            None, marks=pytest.mark.skip(reason="configs/experiment/ has no experiments yet")
+        )
+    ],
+)
 def test_every_experiment_composes_and_runs(name):
-    cfg = compose(f"+experiment={name}", "sim.horizon_s=30", "workload.num_requests=50",
-                  "sim.progress=false")
+    cfg = compose(
+        f"+experiment={name}", "sim.horizon_s=30", "workload.num_requests=50", "sim.progress=false"
+    )
     result = simulate(cfg)
     s = result.summary
     assert s["completed"] >= 1 and s["num_steps"] == result.steps.num_rows >= 1

@@ -29,34 +29,65 @@ def test_invariants_over_random_workloads(scheduler, tiny_kv, seed):
         assert req["num_preemptions"].sum() == 0
 
 
-@pytest.mark.parametrize("scheduler", [["scheduler=vllm", "scheduler.enable_chunked_prefill=false"],
-                                       ["scheduler=prefill_first"]], ids=["vllm_whole",
-                                                                          "prefill_first"])
+@pytest.mark.parametrize(
+    "scheduler",
+    [["scheduler=vllm", "scheduler.enable_chunked_prefill=false"], ["scheduler=prefill_first"]],
+    ids=["vllm_whole", "prefill_first"],
+)
 def test_preempted_recompute_larger_than_token_budget(scheduler):
     # Without chunking, a request preempted late recomputes prompt + output - 2 tokens in one
     # step. 40 + 26 - 2 = 64 fits the 64-token budget: admitted, preempted (a 9-block pool),
     # recomputed, completed.
-    fits = simulate(compose(
-        *scheduler, "fleet.replicas=1", "workload=poisson", "workload.num_requests=20",
-        "workload.qps=100", "workload.prompt_tokens=40", "workload.output_tokens=26",
-        "kv.num_blocks=9", "kv.block_size=16", "kv.watermark=0", "step_time=linear",
-        "scheduler.max_num_batched_tokens=64", "sim.progress=false"))
+    fits = simulate(
+        compose(
+            *scheduler,
+            "fleet.replicas=1",
+            "workload=poisson",
+            "workload.num_requests=20",
+            "workload.qps=100",
+            "workload.prompt_tokens=40",
+            "workload.output_tokens=26",
+            "kv.num_blocks=9",
+            "kv.block_size=16",
+            "kv.watermark=0",
+            "step_time=linear",
+            "scheduler.max_num_batched_tokens=64",
+            "sim.progress=false",
+        )
+    )
     assert fits.summary["num_preemptions"] >= 1
     assert fits.summary["completed"] == 20
     assert_good_run(fits, 9)
     # One more output token and that recompute could never be scheduled: rejected up front.
-    too_long = simulate(compose(
-        *scheduler, "fleet.replicas=1", "workload=poisson", "workload.num_requests=20",
-        "workload.qps=100", "workload.prompt_tokens=40", "workload.output_tokens=27",
-        "kv.num_blocks=9", "kv.block_size=16", "scheduler.max_num_batched_tokens=64",
-        "sim.progress=false"))
+    too_long = simulate(
+        compose(
+            *scheduler,
+            "fleet.replicas=1",
+            "workload=poisson",
+            "workload.num_requests=20",
+            "workload.qps=100",
+            "workload.prompt_tokens=40",
+            "workload.output_tokens=27",
+            "kv.num_blocks=9",
+            "kv.block_size=16",
+            "scheduler.max_num_batched_tokens=64",
+            "sim.progress=false",
+        )
+    )
     assert too_long.summary["rejected"] == 20
 
 
 def test_horizon_leaves_requests_unfinished():
-    cfg = compose("fleet.replicas=1", "workload=poisson", "workload.num_requests=200",
-                  "workload.qps=20", "workload.prompt_tokens=200", "workload.output_tokens=300",
-                  "sim.horizon_s=3", "sim.progress=false")
+    cfg = compose(
+        "fleet.replicas=1",
+        "workload=poisson",
+        "workload.num_requests=200",
+        "workload.qps=20",
+        "workload.prompt_tokens=200",
+        "workload.output_tokens=300",
+        "sim.horizon_s=3",
+        "sim.progress=false",
+    )
     result = simulate(cfg)
     issued = int((build_workload(cfg["workload"], 0).arrival_time_s < 3.0).sum())
     assert_good_run(result, result.summary["kv_capacity_tokens"] // 16)
@@ -70,18 +101,26 @@ def test_horizon_leaves_requests_unfinished():
     # an unfinished request keeps the TTFT it got, if it got one
     started = unfinished & ~np.isnan(req["first_token_time_s"])
     assert started.sum() >= 1
-    assert np.allclose(req["ttft_s"][started],
-                       req["first_token_time_s"][started] - req["arrival_time_s"][started])
+    assert np.allclose(
+        req["ttft_s"][started], req["first_token_time_s"][started] - req["arrival_time_s"][started]
+    )
     assert np.all(np.isnan(req["ttft_s"][unfinished & ~started]))
     steps = columns(result.steps)
     assert (steps["start_time_s"] + steps["duration_s"]).max() < 3.0
 
 
 def test_request_too_big_for_kv_is_rejected():
-    result = simulate(compose(
-        "fleet.replicas=1", "workload=poisson", "workload.num_requests=5",
-        "workload.prompt_tokens=5000", "workload.output_tokens=10", "kv.num_blocks=10",
-        "sim.progress=false"))
+    result = simulate(
+        compose(
+            "fleet.replicas=1",
+            "workload=poisson",
+            "workload.num_requests=5",
+            "workload.prompt_tokens=5000",
+            "workload.output_tokens=10",
+            "kv.num_blocks=10",
+            "sim.progress=false",
+        )
+    )
     req = columns(result.requests)
     assert list(req["status"]) == ["rejected"] * 5
     assert result.summary["rejected"] == 5 and result.summary["completed"] == 0
@@ -91,8 +130,9 @@ def test_request_too_big_for_kv_is_rejected():
 
 def test_exactly_the_requests_that_never_fit_are_rejected():
     # 20 blocks of 16, watermark ceil(0.2) = 1 block: a request fits iff ceil(total/16) <= 19.
-    result = simulate(compose(
-        *RANDOM, "workload.prompt_tokens={dist:uniform,low:1,high:400}", "kv.num_blocks=20"))
+    result = simulate(
+        compose(*RANDOM, "workload.prompt_tokens={dist:uniform,low:1,high:400}", "kv.num_blocks=20")
+    )
     assert_good_run(result, 20)
     req = columns(result.requests)
     total = req["prompt_tokens"] + req["output_tokens"]
@@ -105,11 +145,18 @@ def test_exactly_the_requests_that_never_fit_are_rejected():
 @pytest.mark.parametrize("frontend_token_s", [0.0, 0.0005])
 def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
     concurrency = 5
-    result = simulate(compose(
-        "fleet.replicas=2", "workload=closed_loop", f"workload.concurrency={concurrency}",
-        "workload.num_requests=60", "workload.prompt_tokens={dist:uniform,low:10,high:200}",
-        "workload.output_tokens={dist:uniform,low:1,high:60}", "sim.progress=false",
-        f"frontend.token_s={frontend_token_s}"))
+    result = simulate(
+        compose(
+            "fleet.replicas=2",
+            "workload=closed_loop",
+            f"workload.concurrency={concurrency}",
+            "workload.num_requests=60",
+            "workload.prompt_tokens={dist:uniform,low:10,high:200}",
+            "workload.output_tokens={dist:uniform,low:1,high:60}",
+            "sim.progress=false",
+            f"frontend.token_s={frontend_token_s}",
+        )
+    )
     req = columns(result.requests)
     assert len(req["request_id"]) == 60 and np.all(req["status"] == "completed")
     arrival, done = req["arrival_time_s"], req["completion_time_s"]
@@ -126,10 +173,18 @@ def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
 def test_closed_loop_issues_exactly_num_requests_even_when_all_are_rejected(think_time_s):
     # Every request is rejected (prompt + output never fits the 8-block pool): each rejection
     # releases the next request, and the loop must stop at exactly num_requests.
-    result = simulate(compose("fleet.replicas=1", "workload=closed_loop",
-                              "workload.concurrency=4", "workload.num_requests=10",
-                              f"workload.think_time_s={think_time_s}",
-                              "workload.prompt_tokens=200", "workload.output_tokens=10",
-                              "kv.num_blocks=8", "sim.progress=false"))
+    result = simulate(
+        compose(
+            "fleet.replicas=1",
+            "workload=closed_loop",
+            "workload.concurrency=4",
+            "workload.num_requests=10",
+            f"workload.think_time_s={think_time_s}",
+            "workload.prompt_tokens=200",
+            "workload.output_tokens=10",
+            "kv.num_blocks=8",
+            "sim.progress=false",
+        )
+    )
     assert result.summary["num_requests"] == 10
     assert result.summary["rejected"] == 10

@@ -19,11 +19,22 @@ STEP = 0.01
 
 
 def run(token_s: float, num_requests: int = 2, concurrency: int = 2):
-    return simulate(compose_config([
-        "fleet.replicas=1", "step_time=constant", f"step_time.seconds={STEP}",
-        "workload=closed_loop", f"workload.concurrency={concurrency}",
-        f"workload.num_requests={num_requests}", "workload.prompt_tokens=4",
-        "workload.output_tokens=3", f"frontend.token_s={token_s}", "sim.progress=false"]))
+    return simulate(
+        compose_config(
+            [
+                "fleet.replicas=1",
+                "step_time=constant",
+                f"step_time.seconds={STEP}",
+                "workload=closed_loop",
+                f"workload.concurrency={concurrency}",
+                f"workload.num_requests={num_requests}",
+                "workload.prompt_tokens=4",
+                "workload.output_tokens=3",
+                f"frontend.token_s={token_s}",
+                "sim.progress=false",
+            ]
+        )
+    )
 
 
 def column(result, name):
@@ -75,10 +86,21 @@ def test_the_horizon_keeps_only_what_clients_saw_before_it():
     # The engine finishes requests whose last tokens are still queued at the horizon: their
     # clients never saw them, so they are unfinished, and so is a first token streamed late.
     horizon = 3.0
-    result = simulate(compose_config([
-        "fleet.replicas=1", "workload=poisson", "workload.num_requests=200", "workload.qps=30",
-        "workload.prompt_tokens=64", "workload.output_tokens=64", "frontend.token_s=0.001",
-        f"sim.horizon_s={horizon}", "sim.progress=false"]))
+    result = simulate(
+        compose_config(
+            [
+                "fleet.replicas=1",
+                "workload=poisson",
+                "workload.num_requests=200",
+                "workload.qps=30",
+                "workload.prompt_tokens=64",
+                "workload.output_tokens=64",
+                "frontend.token_s=0.001",
+                f"sim.horizon_s={horizon}",
+                "sim.progress=false",
+            ]
+        )
+    )
     status = np.array(column(result, "status"))
     done = np.array(column(result, "completion_time_s"), dtype=float)
     first = np.array(column(result, "first_token_time_s"), dtype=float)
@@ -109,21 +131,44 @@ def test_a_negative_token_time_is_refused():
 def test_a_saturated_frontend_caps_throughput_at_one_token_per_token_s():
     # The GPU makes 32 tokens per 1 ms step (32k/s); the host streams 10k/s. In steady state
     # clients receive tokens at the host's rate, and the engine idles while the host catches up.
-    result = simulate(compose_config([
-        "fleet.replicas=1", "step_time=constant", "step_time.seconds=0.001",
-        "workload=closed_loop", "workload.concurrency=32", "workload.num_requests=640",
-        "workload.prompt_tokens=8", "workload.output_tokens=50", "frontend.token_s=0.0001",
-        "sim.progress=false"]))
+    result = simulate(
+        compose_config(
+            [
+                "fleet.replicas=1",
+                "step_time=constant",
+                "step_time.seconds=0.001",
+                "workload=closed_loop",
+                "workload.concurrency=32",
+                "workload.num_requests=640",
+                "workload.prompt_tokens=8",
+                "workload.output_tokens=50",
+                "frontend.token_s=0.0001",
+                "sim.progress=false",
+            ]
+        )
+    )
     done = np.array(column(result, "completion_time_s"))
     assert len(done) == 640 and result.summary["completed"] == 640
     # every token streamed, over the whole run (the host idles only during the first step)
     assert 640 * 50 / done.max() == pytest.approx(10_000, rel=0.01)
     # the summary's throughput counts until the last token reaches its client
     assert result.summary["throughput"]["output_tokens_per_s"] == pytest.approx(
-        640 * 50 / done.max())
+        640 * 50 / done.max()
+    )
     # without the frontend the same loop runs at the GPU's pace, more than twice as fast
-    free = simulate(compose_config([
-        "fleet.replicas=1", "step_time=constant", "step_time.seconds=0.001",
-        "workload=closed_loop", "workload.concurrency=32", "workload.num_requests=640",
-        "workload.prompt_tokens=8", "workload.output_tokens=50", "sim.progress=false"]))
+    free = simulate(
+        compose_config(
+            [
+                "fleet.replicas=1",
+                "step_time=constant",
+                "step_time.seconds=0.001",
+                "workload=closed_loop",
+                "workload.concurrency=32",
+                "workload.num_requests=640",
+                "workload.prompt_tokens=8",
+                "workload.output_tokens=50",
+                "sim.progress=false",
+            ]
+        )
+    )
     assert max(column(free, "completion_time_s")) < 0.5 * done.max()

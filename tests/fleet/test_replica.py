@@ -19,61 +19,141 @@ FAST_FORWARD_CASES = {
     **{f"{name}_tiny_kv": [*RANDOM, *opts, *TINY_KV] for name, opts in SCHEDULERS.items()},
     "vllm_roofline": [*RANDOM, "step_time=roofline"],
     "sarathi_roofline_tiny": [*RANDOM, *SCHEDULERS["sarathi"], *TINY_KV, "step_time=roofline"],
-    "closed_loop": ["fleet.replicas=1", "workload=closed_loop", "workload.concurrency=6",
-                    "workload.num_requests=60", "workload.prompt_tokens=100",
-                    "workload.output_tokens={dist:uniform,low:1,high:150}", "sim.progress=false"],
-    "closed_loop_think_tiny": ["fleet.replicas=1", "workload=closed_loop",
-                               "workload.concurrency=10", "workload.num_requests=60",
-                               "workload.think_time_s=0.05", "workload.prompt_tokens=100",
-                               "workload.output_tokens=120", *TINY_KV, "sim.progress=false"],
-    "poisson_fixed": ["fleet.replicas=1", "workload=poisson", "workload.num_requests=150",
-                      "workload.qps=30", "workload.prompt_tokens=64",
-                      "workload.output_tokens=64", "sim.progress=false"],
-    "three_replicas_least_tokens": [*RANDOM, "fleet.replicas=3", "router=least_tokens",
-                                    "workload.qps=50"],
-    "two_replicas_rr_prefill_first_tiny": [*RANDOM, "fleet.replicas=2", "router=round_robin",
-                                           *SCHEDULERS["prefill_first"], *TINY_KV],
+    "closed_loop": [
+        "fleet.replicas=1",
+        "workload=closed_loop",
+        "workload.concurrency=6",
+        "workload.num_requests=60",
+        "workload.prompt_tokens=100",
+        "workload.output_tokens={dist:uniform,low:1,high:150}",
+        "sim.progress=false",
+    ],
+    "closed_loop_think_tiny": [
+        "fleet.replicas=1",
+        "workload=closed_loop",
+        "workload.concurrency=10",
+        "workload.num_requests=60",
+        "workload.think_time_s=0.05",
+        "workload.prompt_tokens=100",
+        "workload.output_tokens=120",
+        *TINY_KV,
+        "sim.progress=false",
+    ],
+    "poisson_fixed": [
+        "fleet.replicas=1",
+        "workload=poisson",
+        "workload.num_requests=150",
+        "workload.qps=30",
+        "workload.prompt_tokens=64",
+        "workload.output_tokens=64",
+        "sim.progress=false",
+    ],
+    "three_replicas_least_tokens": [
+        *RANDOM,
+        "fleet.replicas=3",
+        "router=least_tokens",
+        "workload.qps=50",
+    ],
+    "two_replicas_rr_prefill_first_tiny": [
+        *RANDOM,
+        "fleet.replicas=2",
+        "router=round_robin",
+        *SCHEDULERS["prefill_first"],
+        *TINY_KV,
+    ],
     # A horizon that falls inside decode stretches: steps ending after it never end.
     "horizon_inside_stretches": [*RANDOM, "workload.qps=20", "sim.horizon_s=3"],
     # Exact ties: arrivals and step ends at the same instants (constant step time, evenly
     # spaced arrivals), across replicas, and closed-loop arrivals issued inside a step end.
     "ties_constant_round_robin": [
-        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.25",
-        "workload=constant", "workload.qps=2", "workload.num_requests=60",
-        "workload.prompt_tokens=16", "workload.output_tokens=9", "router=round_robin",
-        "sim.progress=false"],
+        "fleet.replicas=2",
+        "step_time=constant",
+        "step_time.seconds=0.25",
+        "workload=constant",
+        "workload.qps=2",
+        "workload.num_requests=60",
+        "workload.prompt_tokens=16",
+        "workload.output_tokens=9",
+        "router=round_robin",
+        "sim.progress=false",
+    ],
     "ties_constant_least_outstanding_horizon": [
-        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.25",
-        "workload=constant", "workload.qps=2", "workload.num_requests=60",
-        "workload.prompt_tokens=16", "workload.output_tokens=9", "router=least_outstanding",
-        "sim.horizon_s=12", "sim.progress=false"],
+        "fleet.replicas=2",
+        "step_time=constant",
+        "step_time.seconds=0.25",
+        "workload=constant",
+        "workload.qps=2",
+        "workload.num_requests=60",
+        "workload.prompt_tokens=16",
+        "workload.output_tokens=9",
+        "router=least_outstanding",
+        "sim.horizon_s=12",
+        "sim.progress=false",
+    ],
     "ties_closed_loop_three_replicas_tiny": [
-        "fleet.replicas=3", "step_time=constant", "step_time.seconds=0.01",
-        "workload=closed_loop", "workload.concurrency=7", "workload.num_requests=120",
-        "workload.prompt_tokens=100", "workload.output_tokens={dist:uniform,low:1,high:150}",
-        "router=least_tokens", *TINY_KV, "sim.progress=false"],
+        "fleet.replicas=3",
+        "step_time=constant",
+        "step_time.seconds=0.01",
+        "workload=closed_loop",
+        "workload.concurrency=7",
+        "workload.num_requests=120",
+        "workload.prompt_tokens=100",
+        "workload.output_tokens={dist:uniform,low:1,high:150}",
+        "router=least_tokens",
+        *TINY_KV,
+        "sim.progress=false",
+    ],
     # A frontend that falls behind: tokens streamed late, requests reaching the engine late,
     # closed-loop clients released when their last token is streamed; with preemption.
     "frontend_closed_loop_tiny": [
-        "fleet.replicas=2", "workload=closed_loop", "workload.concurrency=24",
-        "workload.num_requests=150", "workload.prompt_tokens={dist:uniform,low:10,high:300}",
-        "workload.output_tokens={dist:uniform,low:1,high:150}", "frontend.token_s=0.0004",
-        *TINY_KV, "sim.progress=false"],
-    "frontend_poisson_horizon": [*RANDOM, "workload.qps=20", "frontend.token_s=0.0002",
-                                 "sim.horizon_s=3"],
+        "fleet.replicas=2",
+        "workload=closed_loop",
+        "workload.concurrency=24",
+        "workload.num_requests=150",
+        "workload.prompt_tokens={dist:uniform,low:10,high:300}",
+        "workload.output_tokens={dist:uniform,low:1,high:150}",
+        "frontend.token_s=0.0004",
+        *TINY_KV,
+        "sim.progress=false",
+    ],
+    "frontend_poisson_horizon": [
+        *RANDOM,
+        "workload.qps=20",
+        "frontend.token_s=0.0002",
+        "sim.horizon_s=3",
+    ],
     # A backlog longer than a step while decode stretches run: arrivals mid-stretch must see
     # the tokens of the stretch's steps that have already ended.
     "frontend_backlog_during_stretches": [
-        "fleet.replicas=1", "workload=poisson", "workload.num_requests=200", "workload.qps=30",
-        "workload.prompt_tokens=64", "workload.output_tokens=64", "frontend.token_s=0.001",
-        "sim.progress=false"],
-    "frontend_backlog_two_replicas_tiny": [*RANDOM, "fleet.replicas=2", "workload.qps=40",
-                                           "frontend.token_s=0.0007", *TINY_KV],
+        "fleet.replicas=1",
+        "workload=poisson",
+        "workload.num_requests=200",
+        "workload.qps=30",
+        "workload.prompt_tokens=64",
+        "workload.output_tokens=64",
+        "frontend.token_s=0.001",
+        "sim.progress=false",
+    ],
+    "frontend_backlog_two_replicas_tiny": [
+        *RANDOM,
+        "fleet.replicas=2",
+        "workload.qps=40",
+        "frontend.token_s=0.0007",
+        *TINY_KV,
+    ],
     "frontend_ties_constant": [
-        "fleet.replicas=2", "step_time=constant", "step_time.seconds=0.01",
-        "workload=closed_loop", "workload.concurrency=9", "workload.num_requests=90",
-        "workload.prompt_tokens=16", "workload.output_tokens=40", "frontend.token_s=0.00125",
-        "router=round_robin", "sim.progress=false"],
+        "fleet.replicas=2",
+        "step_time=constant",
+        "step_time.seconds=0.01",
+        "workload=closed_loop",
+        "workload.concurrency=9",
+        "workload.num_requests=90",
+        "workload.prompt_tokens=16",
+        "workload.output_tokens=40",
+        "frontend.token_s=0.00125",
+        "router=round_robin",
+        "sim.progress=false",
+    ],
 }
 
 
@@ -114,11 +194,21 @@ def test_queueing_delay_matches_md1_theory():
     S, rho = 0.01, 0.6
     delays = []
     for seed in range(4):
-        result = simulate(compose(
-            "fleet.replicas=1", "step_time=constant", f"step_time.seconds={S}",
-            "scheduler.max_num_seqs=1", "workload=poisson", "workload.num_requests=20000",
-            f"workload.qps={rho / S}", "workload.prompt_tokens=16", "workload.output_tokens=1",
-            f"seed={seed}", "sim.progress=false"))
+        result = simulate(
+            compose(
+                "fleet.replicas=1",
+                "step_time=constant",
+                f"step_time.seconds={S}",
+                "scheduler.max_num_seqs=1",
+                "workload=poisson",
+                "workload.num_requests=20000",
+                f"workload.qps={rho / S}",
+                "workload.prompt_tokens=16",
+                "workload.output_tokens=1",
+                f"seed={seed}",
+                "sim.progress=false",
+            )
+        )
         req = columns(result.requests)
         assert np.all(req["status"] == "completed")
         # each request is exactly one step of S seconds: TTFT = queueing delay + S
@@ -127,7 +217,6 @@ def test_queueing_delay_matches_md1_theory():
         delays.append(req["queueing_delay_s"])
     wq_theory = rho * S / (2 * (1 - rho))
     assert np.concatenate(delays).mean() == pytest.approx(wq_theory, rel=0.04)
-
 
 
 def test_a_replica_starts_only_when_told_and_stamps_its_requests_times():

@@ -20,12 +20,21 @@ from sim.run import simulate
 from tests.support import compose, option
 
 DEFAULT_COST = option("cost", "default")
-HARDWARE = {p.stem: option("hardware", p.stem) for p in sorted((config_dir() / "hardware").glob("*.yaml"))}
+HARDWARE = {
+    p.stem: option("hardware", p.stem) for p in sorted((config_dir() / "hardware").glob("*.yaml"))
+}
 H100 = GPU.from_config(HARDWARE["h100_sxm"])
 # A GPU the price table does not list, at $3/GPU-hour and a 700 W TDP.
 TEST_GPU = dataclasses.replace(H100, name="TEST-GPU", usd_per_gpu_hour=3.0, power_w=700.0)
-HAND = {"num_gpus": 2, "duration_s": 3600.0, "completed_requests": 1800, "good_requests": 1500,
-        "input_tokens": 900_000.0, "output_tokens": 360_000.0, "gpu_busy_fraction": 0.5}
+HAND = {
+    "num_gpus": 2,
+    "duration_s": 3600.0,
+    "completed_requests": 1800,
+    "good_requests": 1500,
+    "input_tokens": 900_000.0,
+    "output_tokens": 360_000.0,
+    "gpu_busy_fraction": 0.5,
+}
 
 
 def cost_config(**changes) -> CostConfig:
@@ -58,9 +67,13 @@ def test_gpu_hours_per_day_by_hand():
 
 
 def test_energy_by_hand():
-    cost = fleet_cost(cost_config(energy={"enabled": True, "usd_per_kwh": 0.12,
-                                          "idle_power_fraction": 0.3, "pue": 1.3}),
-                      TEST_GPU, **HAND)
+    cost = fleet_cost(
+        cost_config(
+            energy={"enabled": True, "usd_per_kwh": 0.12, "idle_power_fraction": 0.3, "pue": 1.3}
+        ),
+        TEST_GPU,
+        **HAND,
+    )
     energy = cost["energy"]
     # half busy: 0.3 * 700 W idle share + 0.7 * 700 W * 0.5 busy share = 455 W
     assert energy["kw_per_gpu"] == pytest.approx(0.455, rel=1e-12)
@@ -75,17 +88,31 @@ def test_energy_by_hand():
 
 @pytest.mark.parametrize("busy, watts", [(0.0, 210.0), (1.0, 700.0), (None, 210.0)])
 def test_energy_idle_and_busy_ends(busy, watts):
-    cost = fleet_cost(cost_config(energy={"enabled": True}), TEST_GPU,
-                      **{**HAND, "gpu_busy_fraction": busy})
+    cost = fleet_cost(
+        cost_config(energy={"enabled": True}), TEST_GPU, **{**HAND, "gpu_busy_fraction": busy}
+    )
     assert cost["energy"]["kw_per_gpu"] * 1000 == pytest.approx(watts, rel=1e-12)
 
 
 def test_zero_denominators_give_none():
-    empty = fleet_cost(cost_config(requests_per_day=1000), TEST_GPU,
-                       **{**HAND, "duration_s": 0.0, "completed_requests": 0, "good_requests": 0,
-                          "input_tokens": 0.0, "output_tokens": 0.0})
-    for key in ("usd_per_million_output_tokens", "usd_per_million_input_tokens",
-                "usd_per_thousand_good_requests", "gpu_hours_per_day"):
+    empty = fleet_cost(
+        cost_config(requests_per_day=1000),
+        TEST_GPU,
+        **{
+            **HAND,
+            "duration_s": 0.0,
+            "completed_requests": 0,
+            "good_requests": 0,
+            "input_tokens": 0.0,
+            "output_tokens": 0.0,
+        },
+    )
+    for key in (
+        "usd_per_million_output_tokens",
+        "usd_per_million_input_tokens",
+        "usd_per_thousand_good_requests",
+        "gpu_hours_per_day",
+    ):
         assert empty[key] is None, key
     assert empty["usd_per_hour"] == 6.0  # the fleet is paid for either way
     no_good = fleet_cost(cost_config(), TEST_GPU, **{**HAND, "good_requests": 0})
@@ -116,38 +143,54 @@ def test_price_table_covers_the_catalog():
 def test_price_precedence():
     # 1. an explicit price beats the tier and the catalog
     assert gpu_price(cost_config(tier="spot", usd_per_gpu_hour=2.2), H100) == (
-        2.2, None, "cost.usd_per_gpu_hour")
+        2.2,
+        None,
+        "cost.usd_per_gpu_hour",
+    )
     # 2. a tier picks the table's price for this GPU
     assert gpu_price(cost_config(tier="spot"), H100)[0] == 1.75
     # the table is overridable entry by entry
     assert gpu_price(cost_config(tier="spot", prices={"H100-SXM": {"spot": 1.1}}), H100)[0] == 1.1
     # 3. no tier: the hardware's own price (the catalog's, or a hardware.usd_per_gpu_hour override)
     assert gpu_price(cost_config(), dataclasses.replace(H100, usd_per_gpu_hour=2.5)) == (
-        2.5, None, "hardware.usd_per_gpu_hour")
+        2.5,
+        None,
+        "hardware.usd_per_gpu_hour",
+    )
     # a GPU missing from the table, or a tier missing for it, falls back to the hardware price
     assert gpu_price(cost_config(tier="spot"), TEST_GPU) == (3.0, None, "hardware.usd_per_gpu_hour")
     assert gpu_price(cost_config(tier="spot", prices={"H100-SXM": {"spot": None}}), H100)[0] == 2.99
 
 
 def test_hardware_price_override_still_works_end_to_end():
-    s = simulate(compose("workload=poisson", "workload.num_requests=20", "workload.qps=10",
-                         "fleet.replicas=2", "hardware.usd_per_gpu_hour=2.5",
-                         "sim.progress=false")).summary
+    s = simulate(
+        compose(
+            "workload=poisson",
+            "workload.num_requests=20",
+            "workload.qps=10",
+            "fleet.replicas=2",
+            "hardware.usd_per_gpu_hour=2.5",
+            "sim.progress=false",
+        )
+    ).summary
     assert s["cost"]["usd_per_gpu_hour"] == 2.5 and s["cost"]["usd_per_hour"] == 5.0
 
 
-@pytest.mark.parametrize("changes, field", [
-    ({"tier": "bogus"}, "cost.tier"),
-    ({"usd_per_gpu_hour": -1}, "cost.usd_per_gpu_hour"),
-    ({"prices": {"H100-SXM": {"spot": -0.5}}}, "cost.prices.H100-SXM.spot"),
-    ({"prices": {"H100-SXM": {"preemptible": 1.0}}}, "cost.prices.H100-SXM.preemptible"),
-    ({"requests_per_day": 0}, "cost.requests_per_day"),
-    ({"energy": {"pue": 0.5}}, "cost.energy.pue"),
-    ({"energy": {"idle_power_fraction": 1.5}}, "cost.energy.idle_power_fraction"),
-    ({"energy": {"usd_per_kwh": -0.1}}, "cost.energy.usd_per_kwh"),
-    ({"energy": {"enabled": "yes"}}, "cost.energy.enabled"),
-    ({"currency": "EUR"}, "cost.currency"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"tier": "bogus"}, "cost.tier"),
+        ({"usd_per_gpu_hour": -1}, "cost.usd_per_gpu_hour"),
+        ({"prices": {"H100-SXM": {"spot": -0.5}}}, "cost.prices.H100-SXM.spot"),
+        ({"prices": {"H100-SXM": {"preemptible": 1.0}}}, "cost.prices.H100-SXM.preemptible"),
+        ({"requests_per_day": 0}, "cost.requests_per_day"),
+        ({"energy": {"pue": 0.5}}, "cost.energy.pue"),
+        ({"energy": {"idle_power_fraction": 1.5}}, "cost.energy.idle_power_fraction"),
+        ({"energy": {"usd_per_kwh": -0.1}}, "cost.energy.usd_per_kwh"),
+        ({"energy": {"enabled": "yes"}}, "cost.energy.enabled"),
+        ({"currency": "EUR"}, "cost.currency"),
+    ],
+)
 def test_bad_input_names_the_field(changes, field):
     with pytest.raises(ConfigError) as err:
         cost_config(**changes)
@@ -162,8 +205,9 @@ def test_bad_input_fails_before_the_run():
 
 
 def test_config_without_cost_block_uses_the_catalog_price():
-    cfg = compose("workload=poisson", "workload.num_requests=20", "fleet.replicas=1",
-                  "sim.progress=false")
+    cfg = compose(
+        "workload=poisson", "workload.num_requests=20", "fleet.replicas=1", "sim.progress=false"
+    )
     del cfg["cost"]  # a config written before the cost model existed
     cost = simulate(cfg).summary["cost"]
     assert cost["usd_per_gpu_hour"] == H100.usd_per_gpu_hour
@@ -171,9 +215,18 @@ def test_config_without_cost_block_uses_the_catalog_price():
 
 
 def test_simulated_cost_block_matches_the_run():
-    result = simulate(compose("workload=poisson", "workload.num_requests=50", "workload.qps=10",
-                              "fleet.replicas=1", "cost.tier=spot", "cost.energy.enabled=true",
-                              "cost.requests_per_day=100000", "sim.progress=false"))
+    result = simulate(
+        compose(
+            "workload=poisson",
+            "workload.num_requests=50",
+            "workload.qps=10",
+            "fleet.replicas=1",
+            "cost.tier=spot",
+            "cost.energy.enabled=true",
+            "cost.requests_per_day=100000",
+            "sim.progress=false",
+        )
+    )
     s, cost = result.summary, result.summary["cost"]
     done = np.asarray(pc.equal(result.requests.column("status"), "completed"))
     out_tokens = np.asarray(result.requests.column("output_tokens"))[done].sum()
@@ -196,5 +249,6 @@ def test_simulated_cost_block_matches_the_run():
     assert cost["energy"]["kw_per_gpu"] == pytest.approx(kw)
     assert cost["energy"]["kwh_per_hour"] == pytest.approx(kw * s["num_gpus"] * energy["pue"])
     assert cost["usd_per_hour_with_energy"] == pytest.approx(
-        cost["usd_per_hour"] + cost["energy"]["kwh_per_hour"] * energy["usd_per_kwh"])
+        cost["usd_per_hour"] + cost["energy"]["kwh_per_hour"] * energy["usd_per_kwh"]
+    )
     assert all(math.isfinite(v) for v in cost.values() if isinstance(v, float))

@@ -8,16 +8,26 @@ from pathlib import Path
 
 import pytest
 
-TINY = ["workload=poisson", "workload.num_requests=30", "workload.qps=20",
-        "workload.prompt_tokens=64", "workload.output_tokens=16", "sim.progress=false"]
+TINY = [
+    "workload=poisson",
+    "workload.num_requests=30",
+    "workload.qps=20",
+    "workload.prompt_tokens=64",
+    "workload.output_tokens=16",
+    "sim.progress=false",
+]
 GRID = ["fleet.replicas=1,2", "precision.weights=bf16,fp8", "scheduler.max_num_seqs=8,64"]
 
 
 def run_sweep(out: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``fleetcast -m GRID TINY ARGS output_dir=OUT`` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "sim", "-m", *GRID, *TINY, *args,
-                           f"output_dir={out}"], cwd=cwd, capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "sim", "-m", *GRID, *TINY, *args, f"output_dir={out}"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture(scope="session")

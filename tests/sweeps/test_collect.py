@@ -27,11 +27,21 @@ from sim.sweeps.collect import CollectError, collect, main
 from sim.sweeps.runs import flatten
 from tests.support import compose
 
-TINY = ["workload=poisson", "workload.num_requests=20", "workload.qps=20",
-        "workload.prompt_tokens=64", "workload.output_tokens=8", "sim.progress=false"]
-GRID = list(itertools.product(["fleet.replicas=1", "fleet.replicas=2"],
-                              ["precision.weights=bf16", "precision.weights=fp8"],
-                              ["scheduler.max_num_seqs=8", "scheduler.max_num_seqs=64"]))
+TINY = [
+    "workload=poisson",
+    "workload.num_requests=20",
+    "workload.qps=20",
+    "workload.prompt_tokens=64",
+    "workload.output_tokens=8",
+    "sim.progress=false",
+]
+GRID = list(
+    itertools.product(
+        ["fleet.replicas=1", "fleet.replicas=2"],
+        ["precision.weights=bf16", "precision.weights=fp8"],
+        ["scheduler.max_num_seqs=8", "scheduler.max_num_seqs=64"],
+    )
+)
 SWEPT = ["fleet.replicas", "precision.weights", "scheduler.max_num_seqs"]
 
 
@@ -66,9 +76,17 @@ def test_runs_table_has_a_row_per_run_the_swept_keys_and_every_metric(sweep, col
     runs = pd.read_parquet(collected.runs_path)
     assert len(runs) == 8 and collected.run_ids == [str(i) for i in range(8)]
     assert runs["run_id"].tolist() == list(range(8))  # numbered job folders: an integer id
-    for column in [*SWEPT, "ttft_s.p99", "tpot_s.p50", "throughput.requests_per_s",
-                   "cost.usd_per_hour", "cost.usd_per_million_output_tokens", "completed",
-                   "kv_utilization.max", "num_gpus"]:
+    for column in [
+        *SWEPT,
+        "ttft_s.p99",
+        "tpot_s.p50",
+        "throughput.requests_per_s",
+        "cost.usd_per_hour",
+        "cost.usd_per_million_output_tokens",
+        "completed",
+        "kv_utilization.max",
+        "num_gpus",
+    ]:
         assert column in runs.columns, column
     # overridden though constant: the workload's settings and the group chosen by name
     assert {"workload.qps", "workload.num_requests", "choice.workload"} <= set(runs.columns)
@@ -76,7 +94,9 @@ def test_runs_table_has_a_row_per_run_the_swept_keys_and_every_metric(sweep, col
     # the same in every run and never overridden: not a column
     assert "model.name" not in runs.columns and "hardware.name" not in runs.columns
     assert "output_dir" not in runs.columns
-    assert collected.swept_keys[:1] == ["choice.workload"] and set(SWEPT) <= set(collected.swept_keys)
+    assert collected.swept_keys[:1] == ["choice.workload"] and set(SWEPT) <= set(
+        collected.swept_keys
+    )
     assert str(runs["precision.weights"].dtype) in ("object", "str", "string")
     assert runs["fleet.replicas"].dtype == "int64"
     assert runs["ttft_s.p99"].dtype == "float64" and runs["completed"].dtype == "int64"
@@ -103,8 +123,9 @@ def test_requests_dataset_is_every_run_partitioned_by_run_id(sweep, collected):
         # the files hold the requests.parquet columns only; run_id comes from the folder name
         assert pq.ParquetFile(f).schema_arrow.names == REQUESTS_SCHEMA.names
     requests = pd.read_parquet(collected.requests_dir)
-    expected = sum(json.loads((sweep / str(i) / "summary.json").read_text())["num_requests"]
-                   for i in range(8))
+    expected = sum(
+        json.loads((sweep / str(i) / "summary.json").read_text())["num_requests"] for i in range(8)
+    )
     assert len(requests) == expected == collected.num_requests == 8 * 20
     assert "run_id" in requests.columns
     assert sorted(int(i) for i in requests["run_id"].unique()) == list(range(8))
@@ -135,21 +156,35 @@ def test_pandas_polars_and_duckdb_read_it_as_is_and_agree(collected):
     con = duckdb.connect()
     runs_db = con.sql(f"select * from read_parquet('{out}/runs.parquet')")  # noqa: F841 (DuckDB reads it by name)
     req_db = f"read_parquet('{out}/requests/*/*.parquet', hive_partitioning=true)"
-    assert len(runs_pd) == runs_pl.height == con.sql(
-        "select count(*) from runs_db").fetchall()[0][0] == 8
-    assert len(req_pd) == req_pl.height == con.sql(
-        f"select count(*) from {req_db}").fetchall()[0][0] == 160
+    assert (
+        len(runs_pd)
+        == runs_pl.height
+        == con.sql("select count(*) from runs_db").fetchall()[0][0]
+        == 8
+    )
+    assert (
+        len(req_pd)
+        == req_pl.height
+        == con.sql(f"select count(*) from {req_db}").fetchall()[0][0]
+        == 160
+    )
 
     # output tokens of completed requests per replica count: a join of the two tables on run_id,
     # with no cast in any of the three
     merged = req_pd[req_pd["status"] == "completed"].merge(runs_pd, on="run_id")
     by_pd = merged.groupby("fleet.replicas")["output_tokens"].sum().to_dict()
-    by_pl = dict(req_pl.filter(pl.col("status") == "completed")
-                 .join(runs_pl, on="run_id").group_by("fleet.replicas")
-                 .agg(pl.col("output_tokens").sum()).iter_rows())
-    by_db = dict(con.sql(f"""select r."fleet.replicas", sum(q.output_tokens)
+    by_pl = dict(
+        req_pl.filter(pl.col("status") == "completed")
+        .join(runs_pl, on="run_id")
+        .group_by("fleet.replicas")
+        .agg(pl.col("output_tokens").sum())
+        .iter_rows()
+    )
+    by_db = dict(
+        con.sql(f"""select r."fleet.replicas", sum(q.output_tokens)
                              from {req_db} q join runs_db r using (run_id)
-                             where q.status = 'completed' group by 1""").fetchall())
+                             where q.status = 'completed' group by 1""").fetchall()
+    )
     assert by_pd == by_pl == by_db
     assert sum(by_pd.values()) == runs_pd["completed"].sum() * 8  # 8 output tokens each
 
@@ -190,10 +225,16 @@ def test_nested_job_folders_get_path_ids_that_round_trip(sweep, tmp_path):
     req = pl.scan_parquet(result.requests_dir / "**/*.parquet", hive_partitioning=True).collect()
     assert sorted(req["run_id"].unique().to_list()) == ["a/0", "a/1", "b/2"]
     assert sorted(pd.read_parquet(result.requests_dir)["run_id"].astype(str).unique()) == [
-        "a/0", "a/1", "b/2"]
-    assert duckdb.sql(f"""select count(distinct run_id) from read_parquet(
+        "a/0",
+        "a/1",
+        "b/2",
+    ]
+    assert (
+        duckdb.sql(f"""select count(distinct run_id) from read_parquet(
         '{result.requests_dir}/*/*.parquet', hive_partitioning=true) q
-        join read_parquet('{result.runs_path}') r using (run_id)""").fetchall()[0][0] == 3
+        join read_parquet('{result.runs_path}') r using (run_id)""").fetchall()[0][0]
+        == 3
+    )
 
 
 def test_no_requests_writes_the_runs_table_only(sweep, tmp_path):
@@ -230,8 +271,9 @@ def test_nothing_to_collect_is_a_one_line_error(tmp_path, capsys, make):
     if make == "only_unfinished":
         (target / "0").mkdir()
         (target / "0" / "config.yaml").write_text("seed: 0\n")
-    with pytest.raises(CollectError, match="does not exist" if make == "missing"
-                       else "no finished runs"):
+    with pytest.raises(
+        CollectError, match="does not exist" if make == "missing" else "no finished runs"
+    ):
         collect(target)
     assert main([str(target)]) == 2
     captured = capsys.readouterr()
@@ -244,12 +286,27 @@ def test_nothing_to_collect_is_a_one_line_error(tmp_path, capsys, make):
 def test_collects_a_real_multirun(tmp_path):
     sweep_dir = tmp_path / "multirun"
     proc = subprocess.run(
-        [sys.executable, "-m", "sim", "-m", "hydra.launcher.n_jobs=1",  # in-process: ~2 s
-         "scheduler=vllm,sarathi", "workload=poisson",
-         "workload.num_requests=10", "workload.qps=20", "workload.prompt_tokens=64",
-         "workload.output_tokens=8", "fleet.replicas=1", "sim.progress=false",
-         f"output_dir={sweep_dir}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "-m",
+            "hydra.launcher.n_jobs=1",  # in-process: ~2 s
+            "scheduler=vllm,sarathi",
+            "workload=poisson",
+            "workload.num_requests=10",
+            "workload.qps=20",
+            "workload.prompt_tokens=64",
+            "workload.output_tokens=8",
+            "fleet.replicas=1",
+            "sim.progress=false",
+            f"output_dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = collect(sweep_dir)
     assert result.out_dir == sweep_dir.resolve() / "collected" and result.unfinished == []
@@ -276,3 +333,24 @@ def test_metric_types_are_declared_whatever_a_sweep_holds(tmp_path):
     assert schema.field("cost.tier").type == pa.string()  # null in both runs, still a string
     assert schema.field("completed").type == pa.int64()
     assert schema.field("ttft_s.p99").type == pa.float64()
+
+
+def test_runs_from_an_older_fleetcast_collect_with_new_ones(sweep, sweep_copy, tmp_path):
+    """Half the runs written before sim/ was split into packages (their config.yaml names
+    sim.scheduler.*, sim.router.*, sim.step_time.* classes): ``_target_`` is not a swept column,
+    and every run reads the current names."""
+    for job in ("0", "2", "4", "6"):
+        config = sweep_copy / job / "config.yaml"
+        text = config.read_text()
+        for new, old in (
+            ("sim.engine.scheduler.", "sim.scheduler."),
+            ("sim.engine.step_time.", "sim.step_time."),
+            ("sim.fleet.router.", "sim.router."),
+        ):
+            text = text.replace(new, old)
+        config.write_text(text)
+    result = collect(sweep_copy, tmp_path / "collected")
+    runs = pd.read_parquet(result.runs_path)
+    assert not [c for c in runs.columns if c.endswith("_target_")]
+    assert result.swept_keys == collect(sweep, tmp_path / "untouched").swept_keys
+    assert len(runs) == 8

@@ -22,14 +22,23 @@ def test_a_2x2x2_sweep_gives_8_runs_and_an_8_row_dataset(finished_sweep, tmp_pat
     assert [p.name for p in jobs] == [str(i) for i in range(8)]
     assert all((p / "summary.json").exists() for p in jobs)
     # each job ran its own combination
-    combos = {tuple(yaml.safe_load((p / ".hydra" / "overrides.yaml").read_text())[:3])
-              for p in jobs}
+    combos = {
+        tuple(yaml.safe_load((p / ".hydra" / "overrides.yaml").read_text())[:3]) for p in jobs
+    }
     assert len(combos) == 8
     result = collect(out, tmp_path / "collected")
     runs = pq.read_table(result.runs_path).to_pandas()
     assert len(runs) == 8
-    for column in ("run_id", "fleet.replicas", "precision.weights", "scheduler.max_num_seqs",
-                   "ttft_s.p99", "throughput.requests_per_s", "cost.usd_per_hour", "num_gpus"):
+    for column in (
+        "run_id",
+        "fleet.replicas",
+        "precision.weights",
+        "scheduler.max_num_seqs",
+        "ttft_s.p99",
+        "throughput.requests_per_s",
+        "cost.usd_per_hour",
+        "num_gpus",
+    ):
         assert column in runs.columns, column
     assert sorted(runs["num_gpus"]) == [1, 1, 1, 1, 2, 2, 2, 2]
     assert (runs["fleet.replicas"] == runs["num_gpus"]).all()
@@ -40,9 +49,13 @@ def test_a_2x2x2_sweep_gives_8_runs_and_an_8_row_dataset(finished_sweep, tmp_pat
 
 def test_a_failed_job_is_recorded_and_the_others_still_run(tmp_path):
     out = tmp_path / "s"
-    proc = subprocess.run([sys.executable, "-m", "sim", "-m", "fleet.replicas=1,0", *TINY,
-                           f"output_dir={out}"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim", "-m", "fleet.replicas=1,0", *TINY, f"output_dir={out}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert (out / "0" / "summary.json").exists()
     assert (out / "1" / "error.txt").read_text() == "error: fleet.replicas=0: must be >= 1\n"
@@ -60,24 +73,30 @@ def _fake_job(root, name, overrides, usd_per_hour, good, num_requests=100, durat
     job = root / name
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    summary = {"goodput_requests_per_s": good * num_requests / duration_s,
-               "duration_s": duration_s, "num_requests": num_requests,
-               "ttft_s": {"p99": 0.5}, "tpot_s": {"p99": 0.02},
-               "cost": {"usd_per_hour": usd_per_hour, "usd_per_million_output_tokens": 1.0}}
+    summary = {
+        "goodput_requests_per_s": good * num_requests / duration_s,
+        "duration_s": duration_s,
+        "num_requests": num_requests,
+        "ttft_s": {"p99": 0.5},
+        "tpot_s": {"p99": 0.02},
+        "cost": {"usd_per_hour": usd_per_hour, "usd_per_million_output_tokens": 1.0},
+    }
     (job / "summary.json").write_text(json.dumps(summary))
 
 
 def test_rank_table_lists_only_slo_meeting_configs_cheapest_first(tmp_path):
     _fake_job(tmp_path, "0", ["fleet.replicas=4", "seed=1"], 12.0, good=1.0)
-    _fake_job(tmp_path, "1", ["fleet.replicas=1", "seed=1"], 3.0, good=0.5)   # misses the SLO
+    _fake_job(tmp_path, "1", ["fleet.replicas=1", "seed=1"], 3.0, good=0.5)  # misses the SLO
     _fake_job(tmp_path, "2", ["fleet.replicas=2", "seed=1"], 6.0, good=0.995)
     (tmp_path / "3").mkdir()
     (tmp_path / "3" / "error.txt").write_text("error: x\n")
     table = rank_table(tmp_path, 0.99, keys={"fleet.replicas"}).splitlines()
-    assert table[0].startswith("2 configuration(s) meet the SLO for >= 99% of requests; "
-                               "1 miss it; 1 failed")
+    assert table[0].startswith(
+        "2 configuration(s) meet the SLO for >= 99% of requests; 1 miss it; 1 failed"
+    )
     rows = table[2:]
     assert [row.split()[0] for row in rows] == ["2", "0"]  # $6/h before $12/h
     assert rows[0].endswith("fleet.replicas=2")  # labelled by the swept key only
-    assert slo_attainment({"goodput_requests_per_s": 9.9, "duration_s": 10.0,
-                           "num_requests": 100}) == pytest.approx(0.99)
+    assert slo_attainment(
+        {"goodput_requests_per_s": 9.9, "duration_s": 10.0, "num_requests": 100}
+    ) == pytest.approx(0.99)

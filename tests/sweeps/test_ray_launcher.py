@@ -8,8 +8,8 @@ jobs' files. The Ray instance is stopped by signalling that one process group, n
 
 Skipped unless the Ray extra is installed (its own environment: docs/ray.md):
 
-    python3 -m venv .venv-ray && .venv-ray/bin/pip install -e '.[test]' -r requirements-ray.txt
-    .venv-ray/bin/python -m pytest -q tests/test_ray_launcher.py
+    python3 -m venv .venv-ray && .venv-ray/bin/pip install -e '.[test,ray]'
+    .venv-ray/bin/python -m pytest -q tests/sweeps/test_ray_launcher.py
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ pytest.importorskip("hydra_plugins.hydra_ray_launcher")
 
 import yaml  # noqa: E402  (after the skips: only the Ray environment needs to get this far)
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import REPO_ROOT as REPO  # noqa: E402
+
 START_TIMEOUT_S = 90
 SWEEP_TIMEOUT_S = 180
 
@@ -102,10 +103,23 @@ def ray_cluster():
     log_path = base / "ray_start.log"
     log_file = open(log_path, "w")
     proc = subprocess.Popen(
-        [ray, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=0",
-         "--object-store-memory=100000000", "--include-dashboard=false",
-         "--disable-usage-stats", f"--temp-dir={base / 'ray'}"],
-        cwd=head_cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+        [
+            ray,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--num-gpus=0",
+            "--object-store-memory=100000000",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={base / 'ray'}",
+        ],
+        cwd=head_cwd,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
@@ -114,8 +128,9 @@ def ray_cluster():
             if proc.poll() is not None:
                 pytest.fail(f"ray start exited ({proc.returncode}):\n{log_path.read_text()}")
             if time.monotonic() > deadline:
-                pytest.fail(f"ray start not ready after {START_TIMEOUT_S} s:\n"
-                            f"{log_path.read_text()}")
+                pytest.fail(
+                    f"ray start not ready after {START_TIMEOUT_S} s:\n{log_path.read_text()}"
+                )
             time.sleep(0.5)
         yield f"127.0.0.1:{port}", env, head_cwd
     finally:
@@ -124,14 +139,16 @@ def ray_cluster():
 
 
 def _sweep(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "sim", "-m", "workload.duration_s=10", "fleet.replicas=1,2",
-           *args]
+    cmd = [sys.executable, "-m", "sim", "-m", "workload.duration_s=10", "fleet.replicas=1,2", *args]
     try:
-        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=SWEEP_TIMEOUT_S)
+        done = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as err:
-        pytest.fail(f"sweep did not finish in {SWEEP_TIMEOUT_S} s: {' '.join(cmd)}\n"
-                    f"{err.stdout}\n{err.stderr}")
+        pytest.fail(
+            f"sweep did not finish in {SWEEP_TIMEOUT_S} s: {' '.join(cmd)}\n"
+            f"{err.stdout}\n{err.stderr}"
+        )
     assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -158,8 +175,15 @@ def test_sweep_on_an_existing_cluster(ray_cluster, tmp_path):
     """The preset for clusters, from the repo root, into an absolute folder."""
     address, env, _ = ray_cluster
     sweep_dir = tmp_path / "sweep"
-    _sweep(["hydra/launcher=fleetcast_ray", f"hydra.launcher.ray.init.address={address}",
-            f"output_dir={sweep_dir}"], env, REPO)
+    _sweep(
+        [
+            "hydra/launcher=fleetcast_ray",
+            f"hydra.launcher.ray.init.address={address}",
+            f"output_dir={sweep_dir}",
+        ],
+        env,
+        REPO,
+    )
     _check_jobs(sweep_dir)
 
 
@@ -170,9 +194,16 @@ def test_plain_ray_launcher_from_another_directory(ray_cluster, tmp_path):
     address, env, head_cwd = ray_cluster
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    _sweep(["hydra/launcher=ray", f"hydra.launcher.ray.init.address={address}",
+    _sweep(
+        [
+            "hydra/launcher=ray",
+            f"hydra.launcher.ray.init.address={address}",
             # the plugin asks for a 75 MiB object store, which an existing cluster refuses
             "++hydra.launcher.ray.init.object_store_memory=null",
-            "output_dir=out/sweep"], env, cwd)
+            "output_dir=out/sweep",
+        ],
+        env,
+        cwd,
+    )
     assert not (head_cwd / "out").exists(), "jobs wrote into the Ray workers' directory"
     _check_jobs(cwd / "out" / "sweep")

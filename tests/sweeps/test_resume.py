@@ -17,8 +17,11 @@ from tests.sweeps.conftest import run_sweep
 
 
 def _skipped(stdout: str) -> set[str]:
-    return {line.split("/")[-1].split(":")[0] for line in stdout.splitlines()
-            if line.endswith("complete, skipped")}
+    return {
+        line.split("/")[-1].split(":")[0]
+        for line in stdout.splitlines()
+        if line.endswith("complete, skipped")
+    }
 
 
 def test_rerunning_a_sweep_completes_only_the_missing_job(finished_sweep, tmp_path):
@@ -28,8 +31,11 @@ def test_rerunning_a_sweep_completes_only_the_missing_job(finished_sweep, tmp_pa
     killed = out / "5"
     (killed / "summary.json").unlink()
     (killed / ".steps.parquet.x1y2.partial").write_bytes(b"half a file")
-    before = {p.name: (p / "summary.json").stat().st_mtime_ns
-              for p in out.iterdir() if (p / "summary.json").exists()}
+    before = {
+        p.name: (p / "summary.json").stat().st_mtime_ns
+        for p in out.iterdir()
+        if (p / "summary.json").exists()
+    }
     proc = run_sweep(out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _skipped(proc.stdout) == {"0", "1", "2", "3", "4", "6", "7"}
@@ -46,9 +52,11 @@ def test_runs_written_by_an_older_fleetcast_are_recognised(finished_sweep, tmp_p
     shutil.copytree(finished_sweep[0], out)
     for config in out.glob("*/config.yaml"):
         text = config.read_text()
-        for new, old in (("sim.engine.scheduler.", "sim.scheduler."),
-                         ("sim.engine.step_time.", "sim.step_time."),
-                         ("sim.fleet.router.", "sim.router.")):
+        for new, old in (
+            ("sim.engine.scheduler.", "sim.scheduler."),
+            ("sim.engine.step_time.", "sim.step_time."),
+            ("sim.fleet.router.", "sim.router."),
+        ):
             assert new in text
             text = text.replace(new, old)
         config.write_text(text)
@@ -67,22 +75,32 @@ def test_job_status_needs_the_same_config_and_a_summary(tmp_path):
 
 
 def test_job_status_ignores_where_and_how_a_run_reports(tmp_path):
-    cfg = {"fleet": {"replicas": 2}, "sim": {"progress": False, "horizon_s": None},
-           "output_dir": "sweeps/x"}
+    cfg = {
+        "fleet": {"replicas": 2},
+        "sim": {"progress": False, "horizon_s": None},
+        "output_dir": "sweeps/x",
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     (tmp_path / "summary.json").write_text("{}")
-    respelled = {**cfg, "output_dir": "/abs/sweeps/x/", "sim": {"progress": "auto",
-                                                                  "horizon_s": None}}
+    respelled = {
+        **cfg,
+        "output_dir": "/abs/sweeps/x/",
+        "sim": {"progress": "auto", "horizon_s": None},
+    }
     assert job_status(tmp_path, respelled) == "complete"
     changed = {**respelled, "sim": {"progress": "auto", "horizon_s": 5.0}}
     assert job_status(tmp_path, changed) == "todo"
 
 
 def test_job_status_reads_older_spellings_of_targets_and_shipped_paths(tmp_path):
-    old = {"router": {"_target_": "sim.router.RoundRobinRouter"},
-           "workload": {"path": "data/traces/azure_llm_2023_conv.parquet"}}
-    new = {"router": {"_target_": "sim.fleet.router.RoundRobinRouter"},
-           "workload": {"path": "shipped:traces/azure_llm_2023_conv.parquet"}}
+    old = {
+        "router": {"_target_": "sim.router.RoundRobinRouter"},
+        "workload": {"path": "data/traces/azure_llm_2023_conv.parquet"},
+    }
+    new = {
+        "router": {"_target_": "sim.fleet.router.RoundRobinRouter"},
+        "workload": {"path": "shipped:traces/azure_llm_2023_conv.parquet"},
+    }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     (tmp_path / "summary.json").write_text("{}")
     assert job_status(tmp_path, new) == "complete"
@@ -92,15 +110,31 @@ def test_job_status_reads_older_spellings_of_targets_and_shipped_paths(tmp_path)
 
 def test_a_sweep_killed_midway_resumes_with_only_the_missing_jobs(tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "sim", "-m", "fleet.replicas=1,2,3,4", "sim.progress=false",
-           "hydra.launcher.n_jobs=2", f"output_dir={out}"]  # 10 min of Azure traffic each
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "sim",
+        "-m",
+        "fleet.replicas=1,2,3,4",
+        "sim.progress=false",
+        "hydra.launcher.n_jobs=2",
+        f"output_dir={out}",
+    ]  # 10 min of Azure traffic each
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     done: set[str] = set()
     while time.monotonic() < deadline and proc.poll() is None:
-        done = {p.name for p in out.glob("*") if (p / "summary.json").exists()} \
-            if out.exists() else set()
+        done = (
+            {p.name for p in out.glob("*") if (p / "summary.json").exists()}
+            if out.exists()
+            else set()
+        )
         if done:
             break
         time.sleep(0.02)

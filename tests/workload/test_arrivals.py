@@ -70,13 +70,24 @@ def test_daily_profile_is_normalised_and_start_hour_shifts_it():
 
 
 def test_daily_num_requests_caps_the_count():
-    cfg = {"kind": "daily", "qps": 10.0, "duration_s": 100.0, "num_requests": 7,
-           "prompt_tokens": 1, "output_tokens": 1}
+    cfg = {
+        "kind": "daily",
+        "qps": 10.0,
+        "duration_s": 100.0,
+        "num_requests": 7,
+        "prompt_tokens": 1,
+        "output_tokens": 1,
+    }
     assert build_workload(cfg, 0).num_requests == 7
 
 
-POISSON = {"kind": "poisson", "qps": 2.0, "num_requests": 500,
-           "prompt_tokens": 100, "output_tokens": 10}
+POISSON = {
+    "kind": "poisson",
+    "qps": 2.0,
+    "num_requests": 500,
+    "prompt_tokens": 100,
+    "output_tokens": 10,
+}
 
 
 def test_same_seed_same_arrays_different_seed_different():
@@ -92,8 +103,12 @@ def test_same_seed_same_arrays_different_seed_different():
 @pytest.mark.parametrize("kind", ["poisson", "gamma", "daily"])
 def test_changing_lengths_leaves_arrivals_identical(kind):
     base = {**POISSON, "kind": kind, "cv": 3.0, "duration_s": 200.0}
-    other = {**base, "prompt_tokens": {"dist": "uniform", "low": 1, "high": 9},
-             "pattern": None, "output_tokens": {"dist": "lognormal", "median": 50, "sigma": 1}}
+    other = {
+        **base,
+        "prompt_tokens": {"dist": "uniform", "low": 1, "high": 9},
+        "pattern": None,
+        "output_tokens": {"dist": "lognormal", "median": 50, "sigma": 1},
+    }
     preset = {**base, "pattern": "long_in_long_out"}
     a = build_workload(base, 4)
     for cfg in (other, preset):
@@ -101,8 +116,14 @@ def test_changing_lengths_leaves_arrivals_identical(kind):
 
 
 def test_closed_loop_has_no_arrivals():
-    cfg = {"kind": "closed_loop", "concurrency": 3, "num_requests": 10,
-           "prompt_tokens": 5, "output_tokens": 6, "think_time_s": 0.5}
+    cfg = {
+        "kind": "closed_loop",
+        "concurrency": 3,
+        "num_requests": 10,
+        "prompt_tokens": 5,
+        "output_tokens": 6,
+        "think_time_s": 0.5,
+    }
     w = build_workload(cfg, 0)
     assert w.arrival_time_s is None and w.concurrency == 3 and w.think_time_s == 0.5
     assert w.num_requests == 10 and w.prompt_tokens.tolist() == [5] * 10
@@ -127,13 +148,32 @@ BAD = [
     ({**POISSON, "kind": "daily", "duration_s": 0}, "workload.duration_s"),
     ({**POISSON, "kind": "daily", "duration_s": 10, "profile": [1.0] * 23}, "workload.profile"),
     ({**POISSON, "kind": "daily", "duration_s": 10, "profile": [0.0] * 24}, "workload.profile"),
-    ({**POISSON, "kind": "daily", "duration_s": 10, "time_compression": -2},
-     "workload.time_compression"),
+    (
+        {**POISSON, "kind": "daily", "duration_s": 10, "time_compression": -2},
+        "workload.time_compression",
+    ),
     ({**POISSON, "kind": "daily", "qps": 1e-9, "duration_s": 1}, "workload.duration_s"),
-    ({"kind": "closed_loop", "concurrency": 0, "num_requests": 1, "prompt_tokens": 1,
-      "output_tokens": 1}, "workload.concurrency"),
-    ({"kind": "closed_loop", "concurrency": 1, "num_requests": 1, "prompt_tokens": 1,
-      "output_tokens": 1, "think_time_s": -1}, "workload.think_time_s"),
+    (
+        {
+            "kind": "closed_loop",
+            "concurrency": 0,
+            "num_requests": 1,
+            "prompt_tokens": 1,
+            "output_tokens": 1,
+        },
+        "workload.concurrency",
+    ),
+    (
+        {
+            "kind": "closed_loop",
+            "concurrency": 1,
+            "num_requests": 1,
+            "prompt_tokens": 1,
+            "output_tokens": 1,
+            "think_time_s": -1,
+        },
+        "workload.think_time_s",
+    ),
 ]
 
 

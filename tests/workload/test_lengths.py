@@ -65,8 +65,10 @@ def test_empirical_resamples_a_trace_column():
 
 
 def test_empirical_column_can_be_named():
-    dist = build_length({"dist": "empirical", "path": AZURE_CONV, "column": "prompt_tokens"},
-                        "workload.output_tokens")
+    dist = build_length(
+        {"dist": "empirical", "path": AZURE_CONV, "column": "prompt_tokens"},
+        "workload.output_tokens",
+    )
     assert dist.mean == pytest.approx(load_trace(AZURE_CONV).prompt_tokens.mean())
 
 
@@ -80,19 +82,31 @@ def test_patterns_sit_on_their_side_of_the_1024_256_split(name):
 
 
 def test_pattern_overrides_the_length_fields():
-    cfg = {"kind": "poisson", "qps": 1.0, "num_requests": 2000, "prompt_tokens": 3,
-           "output_tokens": 3, "pattern": "short_in_long_out"}
+    cfg = {
+        "kind": "poisson",
+        "qps": 1.0,
+        "num_requests": 2000,
+        "prompt_tokens": 3,
+        "output_tokens": 3,
+        "pattern": "short_in_long_out",
+    }
     w = build_workload(cfg, 0)
     assert np.median(w.prompt_tokens) == pytest.approx(256, rel=0.1)
     assert np.median(w.output_tokens) == pytest.approx(1024, rel=0.1)
 
 
 def test_prompt_and_output_streams_are_independent():
-    base = {"kind": "poisson", "qps": 1.0, "num_requests": 100,
-            "prompt_tokens": {"dist": "uniform", "low": 1, "high": 1000}, "output_tokens": 5}
+    base = {
+        "kind": "poisson",
+        "qps": 1.0,
+        "num_requests": 100,
+        "prompt_tokens": {"dist": "uniform", "low": 1, "high": 1000},
+        "output_tokens": 5,
+    }
     changed = {**base, "output_tokens": {"dist": "lognormal", "median": 9, "sigma": 1}}
-    assert np.array_equal(build_workload(base, 3).prompt_tokens,
-                          build_workload(changed, 3).prompt_tokens)
+    assert np.array_equal(
+        build_workload(base, 3).prompt_tokens, build_workload(changed, 3).prompt_tokens
+    )
 
 
 BAD = [
@@ -108,8 +122,10 @@ BAD = [
     ({"dist": "lognormal", "median": -1, "sigma": 1}, "workload.prompt_tokens.median"),
     ({"dist": "lognormal", "median": 10, "sigma": -1}, "workload.prompt_tokens.sigma"),
     ({"dist": "lognormal", "median": 10, "sigma": 1, "min": 0}, "workload.prompt_tokens.min"),
-    ({"dist": "lognormal", "median": 10, "sigma": 1, "min": 9, "max": 8},
-     "workload.prompt_tokens.max"),
+    (
+        {"dist": "lognormal", "median": 10, "sigma": 1, "min": 9, "max": 8},
+        "workload.prompt_tokens.max",
+    ),
     ({"dist": "empirical", "path": "no/such.parquet"}, "workload.prompt_tokens.path"),
     ({"dist": "empirical", "path": AZURE_CONV, "column": "nope"}, "workload.prompt_tokens.path"),
 ]

@@ -74,12 +74,16 @@ def test_spread_ticks_spreads_mooncake_within_ticks():
 
 
 def test_csv_and_parquet_give_identical_workloads(tmp_path):
-    rows = {"arrival_time_s": [0.0, 0.5, 0.5, 2.25], "prompt_tokens": [10, 20, 30, 40],
-            "output_tokens": [1, 2, 3, 4], "extra": ["a", "b", "c", "d"]}
+    rows = {
+        "arrival_time_s": [0.0, 0.5, 0.5, 2.25],
+        "prompt_tokens": [10, 20, 30, 40],
+        "output_tokens": [1, 2, 3, 4],
+        "extra": ["a", "b", "c", "d"],
+    }
     table = pa.table(rows)
     pq.write_table(table, tmp_path / "t.parquet")
     lines = ["arrival_time_s,extra,prompt_tokens,output_tokens"]
-    lines += [f"{t},{e},{p},{o}" for t, p, o, e in zip(*rows.values())]
+    lines += [f"{t},{e},{p},{o}" for t, p, o, e in zip(*rows.values(), strict=True)]
     (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
     a = build_workload({"kind": "trace", "path": str(tmp_path / "t.parquet")}, 0)
     b = build_workload({"kind": "trace", "path": str(tmp_path / "t.csv")}, 0)
@@ -100,14 +104,26 @@ def _bad_cases(tmp_path: Path) -> list[tuple[dict, str, str]]:
     return [
         (trace(path="nope.parquet"), "workload.path", "file not found"),
         (trace(path=None), "workload.path", "required"),
-        (trace(path=_csv(tmp_path, "arrival_time_s,prompt_tokens\n0,1\n")), "workload.path",
-         "missing column(s) output_tokens; need arrival_time_s, prompt_tokens, output_tokens"),
-        (trace(path=_csv(tmp_path, header + "0,1,1\n1,0,1\n")), "workload.path",
-         "prompt_tokens must be >= 1"),
-        (trace(path=_csv(tmp_path, header + "0,1,1\n1,1,-3\n")), "workload.path",
-         "output_tokens must be >= 1"),
-        (trace(path=_csv(tmp_path, header + "0,1,1\n2,1,1\n1,1,1\n")), "workload.path",
-         "arrival_time_s decreases at row 2"),
+        (
+            trace(path=_csv(tmp_path, "arrival_time_s,prompt_tokens\n0,1\n")),
+            "workload.path",
+            "missing column(s) output_tokens; need arrival_time_s, prompt_tokens, output_tokens",
+        ),
+        (
+            trace(path=_csv(tmp_path, header + "0,1,1\n1,0,1\n")),
+            "workload.path",
+            "prompt_tokens must be >= 1",
+        ),
+        (
+            trace(path=_csv(tmp_path, header + "0,1,1\n1,1,-3\n")),
+            "workload.path",
+            "output_tokens must be >= 1",
+        ),
+        (
+            trace(path=_csv(tmp_path, header + "0,1,1\n2,1,1\n1,1,1\n")),
+            "workload.path",
+            "arrival_time_s decreases at row 2",
+        ),
         (trace(path=_csv(tmp_path, header + "-1,1,1\n")), "workload.path", ">= 0"),
         (trace(path=_csv(tmp_path, header + "0,1.5,1\n")), "workload.path", "whole token"),
         (trace(path=_csv(tmp_path, header)), "workload.path", "no rows"),
@@ -142,8 +158,11 @@ def test_time_counts_from_the_first_arrival(tmp_path):
 def test_empty_window_is_an_error(tmp_path):
     header = "arrival_time_s,prompt_tokens,output_tokens\n"
     path = _csv(tmp_path, header + "5,1,1\n6,1,1\n")
-    with pytest.raises(ConfigError, match=r"^workload\.start_s=2\.0: keeps 0 requests "
-                                          r"\(the trace spans 1\.0 s from its first arrival\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload\.start_s=2\.0: keeps 0 requests "
+        r"\(the trace spans 1\.0 s from its first arrival\)$",
+    ):
         build_workload(trace(path=path, start_s=2.0), 0)
 
 

@@ -22,10 +22,10 @@ from collections import deque
 
 import numpy as np
 
-from sim.errors import require
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, WAITING, Request
 from sim.engine.scheduler.plan import StepPlan
+from sim.errors import require
 
 
 class Scheduler:
@@ -37,11 +37,20 @@ class Scheduler:
     # Whether running requests can be preempted (and so recomputed later).
     may_preempt = True
 
-    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 max_model_len: int | None = None):
+    def __init__(
+        self,
+        kv: KVCache,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        max_model_len: int | None = None,
+    ) -> None:
         require(max_num_seqs >= 1, "scheduler.max_num_seqs", max_num_seqs, "must be >= 1")
-        require(max_num_batched_tokens >= 1, "scheduler.max_num_batched_tokens",
-                max_num_batched_tokens, "must be >= 1")
+        require(
+            max_num_batched_tokens >= 1,
+            "scheduler.max_num_batched_tokens",
+            max_num_batched_tokens,
+            "must be >= 1",
+        )
         self.kv = kv
         self.max_num_seqs = int(max_num_seqs)
         self.max_num_batched_tokens = int(max_num_batched_tokens)
@@ -66,8 +75,10 @@ class Scheduler:
             if self.may_preempt:
                 longest = max(longest, request.prompt_tokens + request.output_tokens - 2)
             if longest > self.max_num_batched_tokens:
-                return (f"a prefill of {longest} tokens exceeds max_num_batched_tokens "
-                        f"{self.max_num_batched_tokens} without chunked prefill")
+                return (
+                    f"a prefill of {longest} tokens exceeds max_num_batched_tokens "
+                    f"{self.max_num_batched_tokens} without chunked prefill"
+                )
         return None
 
     def add(self, request: Request) -> None:
@@ -166,8 +177,9 @@ class Scheduler:
             return 1
         return self.kv.decode_steps_that_fit(decodes, max_steps)
 
-    def advance_decodes(self, plan: StepPlan,
-                        num_steps: int) -> tuple[list[Request], list[int] | np.ndarray]:
+    def advance_decodes(
+        self, plan: StepPlan, num_steps: int
+    ) -> tuple[list[Request], list[int] | np.ndarray]:
         """Apply ``num_steps`` repeats of the pure-decode ``plan`` at once.
 
         Returns the requests that completed (at the last step) and the KV blocks in use during

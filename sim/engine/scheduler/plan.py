@@ -39,8 +39,9 @@ class StepPlan:
 
     def shape(self) -> StepShape:
         """The step's work, as the step-time models see it."""
-        return StepShape(self.num_prefill_tokens, self.num_decode_seqs, self.prefill_attn,
-                         self.decode_context)
+        return StepShape(
+            self.num_prefill_tokens, self.num_decode_seqs, self.prefill_attn, self.decode_context
+        )
 
     @property
     def num_seqs(self) -> int:

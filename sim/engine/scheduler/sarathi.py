@@ -12,16 +12,22 @@ Left out: Sarathi's dynamic chunk sizing and pipeline-parallel scheduling.
 
 from __future__ import annotations
 
-from sim.errors import require
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import RUNNING
 from sim.engine.scheduler.plan import StepPlan
 from sim.engine.scheduler.vllm import VLLMScheduler
+from sim.errors import require
 
 
 class SarathiScheduler(VLLMScheduler):
-    def __init__(self, kv: KVCache, chunk_size: int = 512, max_num_seqs: int = 256,
-                 max_num_batched_tokens: int = 8192, max_model_len: int | None = None):
+    def __init__(
+        self,
+        kv: KVCache,
+        chunk_size: int = 512,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        max_model_len: int | None = None,
+    ) -> None:
         require(chunk_size >= 1, "scheduler.chunk_size", chunk_size, "must be >= 1")
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, True, max_model_len)
         self.chunk_size = int(chunk_size)

@@ -11,7 +11,8 @@ Left out: padding of prompts to a common length in the prefill step.
 
 from __future__ import annotations
 
-from sim.engine.request import COMPLETED, RUNNING
+from sim.engine.kv_cache import KVCache
+from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 
@@ -20,10 +21,15 @@ class StaticScheduler(Scheduler):
     chunked_prefill = False
     may_preempt = False  # KV for the whole output is reserved at admission
 
-    def __init__(self, kv, max_num_seqs: int = 32, max_num_batched_tokens: int = 65536,
-                 max_model_len: int | None = None):
+    def __init__(
+        self,
+        kv: KVCache,
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 65536,
+        max_model_len: int | None = None,
+    ) -> None:
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
-        self.batch: list = []  # members of the current batch, finished ones included
+        self.batch: list[Request] = []  # members of the current batch, finished ones included
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -55,7 +61,7 @@ class StaticScheduler(Scheduler):
             self.kv.free(request)
         self.batch = []
 
-    def _retire(self, finished) -> None:
+    def _retire(self, finished: list[Request]) -> None:
         # Keep the KV reserved (the seat is held) until the whole batch ends.
         self.running = [r for r in self.running if r.status == RUNNING]
 

@@ -19,22 +19,33 @@ Left out: prefix caching, speculative decoding, priorities, the async output pro
 
 from __future__ import annotations
 
-from sim.errors import require
 from sim.engine.kv_cache import KVCache
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
+from sim.errors import require
 
 
 class VLLMScheduler(Scheduler):
-    def __init__(self, kv: KVCache, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192,
-                 enable_chunked_prefill: bool = True, max_model_len: int | None = None,
-                 max_prefills_per_step: int | None = None):
+    def __init__(
+        self,
+        kv: KVCache,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        enable_chunked_prefill: bool = True,
+        max_model_len: int | None = None,
+        max_prefills_per_step: int | None = None,
+    ) -> None:
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
         self.chunked_prefill = bool(enable_chunked_prefill)
-        require(max_prefills_per_step is None or max_prefills_per_step >= 1,
-                "scheduler.max_prefills_per_step", max_prefills_per_step, "must be >= 1 or null")
-        self.max_prefills = (max_prefills_per_step if max_prefills_per_step is not None
-                             else max_num_seqs)
+        require(
+            max_prefills_per_step is None or max_prefills_per_step >= 1,
+            "scheduler.max_prefills_per_step",
+            max_prefills_per_step,
+            "must be >= 1 or null",
+        )
+        self.max_prefills = (
+            max_prefills_per_step if max_prefills_per_step is not None else max_num_seqs
+        )
 
     def schedule(self) -> StepPlan:
         plan = StepPlan()
@@ -54,8 +65,11 @@ class VLLMScheduler(Scheduler):
             if num_tokens == 1 and generated:
                 # The hot path, inlined from add_decode. Most decodes have room for their next
                 # token; otherwise the cache grows the request, or someone is preempted.
-                if computed >= request.kv_slots and kv.grow(request, computed + 1) is None \
-                        and not self.grow_or_preempt(request, 1, plan):
+                if (
+                    computed >= request.kv_slots
+                    and kv.grow(request, computed + 1) is None
+                    and not self.grow_or_preempt(request, 1, plan)
+                ):
                     break
                 decodes.append(request)
                 decode_context += computed + 1
@@ -82,8 +96,12 @@ class VLLMScheduler(Scheduler):
 
     def _admit_waiting(self, plan: StepPlan, budget: int) -> None:
         waiting = self.waiting
-        while (waiting and budget > 0 and len(self.running) < self.max_num_seqs
-               and len(plan.prefills) < self.max_prefills):
+        while (
+            waiting
+            and budget > 0
+            and len(self.running) < self.max_num_seqs
+            and len(plan.prefills) < self.max_prefills
+        ):
             request = waiting[0]
             num_tokens = request.num_uncomputed_tokens
             if num_tokens > budget:

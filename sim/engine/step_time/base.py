@@ -38,5 +38,4 @@ class StepTimeModel:
         """Durations of ``num_steps`` pure-decode steps (a list, or a float64 numpy array)."""
         step = self.step_time_s
         seqs, context = first.num_decode_seqs, first.decode_context
-        return [step(StepShape(0, seqs, 0, context + i * context_growth))
-                for i in range(num_steps)]
+        return [step(StepShape(0, seqs, 0, context + i * context_growth)) for i in range(num_steps)]

@@ -38,6 +38,7 @@ matching the deployment, or takes ``step_time.profile=PATH``.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import cast
 
 from sim.catalog.deployment import Deployment
 from sim.engine.step_shape import StepShape
@@ -74,7 +75,7 @@ class _SplitCurve:
 
     __slots__ = ("floor", "floor_per_gpu", "speedup", "xs", "ys")
 
-    def __init__(self, xs: list[float], ys: list[float], tp: int, speedup: float):
+    def __init__(self, xs: list[float], ys: list[float], tp: int, speedup: float) -> None:
         self.xs, self.ys = list(xs), list(ys)
         self.floor = ys[0] if ys else 0.0
         self.floor_per_gpu = self.floor / tp
@@ -85,40 +86,65 @@ class _SplitCurve:
 
 
 class CalibratedStepTime(StepTimeModel):
-    def __init__(self, deployment: Deployment, backend: str = "vllm",
-                 profile: str | None = None, allreduce_bytes_per_element: float = 2.0):
-        require(backend in ("vllm", "trtllm"), "step_time.backend", backend,
-                "choose vllm or trtllm")
-        require(allreduce_bytes_per_element > 0, "step_time.allreduce_bytes_per_element",
-                allreduce_bytes_per_element, "must be > 0")
+    def __init__(
+        self,
+        deployment: Deployment,
+        backend: str = "vllm",
+        profile: str | None = None,
+        allreduce_bytes_per_element: float = 2.0,
+    ) -> None:
+        require(
+            backend in ("vllm", "trtllm"), "step_time.backend", backend, "choose vllm or trtllm"
+        )
+        require(
+            allreduce_bytes_per_element > 0,
+            "step_time.allreduce_bytes_per_element",
+            allreduce_bytes_per_element,
+            "must be > 0",
+        )
         if profile is None:
-            name = profile_file_name(deployment.model.name, deployment.gpu.name,
-                                     deployment.weights_precision, deployment.kv_precision,
-                                     backend)
+            name = profile_file_name(
+                deployment.model.name,
+                deployment.gpu.name,
+                deployment.weights_precision,
+                deployment.kv_precision,
+                backend,
+            )
             path = shipped_profile_dir() / name
             if not path.exists():
                 shipped = sorted(p.name for p in shipped_profile_dir().glob("*.json"))
-                raise ConfigError("step_time", "calibrated",
-                                  f"no shipped profile for {deployment.model.name} on "
-                                  f"{deployment.gpu.name} ({deployment.weights_precision} "
-                                  f"weights, {deployment.kv_precision} KV, {backend}); shipped: "
-                                  f"{', '.join(shipped)}; or give step_time.profile=PATH")
+                raise ConfigError(
+                    "step_time",
+                    "calibrated",
+                    f"no shipped profile for {deployment.model.name} on "
+                    f"{deployment.gpu.name} ({deployment.weights_precision} "
+                    f"weights, {deployment.kv_precision} KV, {backend}); shipped: "
+                    f"{', '.join(shipped)}; or give step_time.profile=PATH",
+                )
         else:
             path = resolve_path(profile, "step_time.profile")
         prof = Profile.load(path)
-        for field_name, want, got in (("model", deployment.model.name, prof.model),
-                                      ("hardware", deployment.gpu.name, prof.hardware),
-                                      ("precision.weights", deployment.weights_precision,
-                                       prof.weights_precision),
-                                      ("precision.kv", deployment.kv_precision,
-                                       prof.kv_precision)):
-            require(want == got, "step_time.profile", str(path),
-                    f"profile is for {field_name} {got}, this run uses {want}")
+        for field_name, want, got in (
+            ("model", deployment.model.name, prof.model),
+            ("hardware", deployment.gpu.name, prof.hardware),
+            ("precision.weights", deployment.weights_precision, prof.weights_precision),
+            ("precision.kv", deployment.kv_precision, prof.kv_precision),
+        ):
+            require(
+                want == got,
+                "step_time.profile",
+                str(path),
+                f"profile is for {field_name} {got}, this run uses {want}",
+            )
         self.profile = prof
-        c = {name: float(prof.coefficients.get(name, 0.0)) for name in COEFFICIENTS
-             if name not in OPTIONAL_COEFFICIENTS}
+        c = {
+            # only c_allreduce_latency may be null (Profile.load checks), and it is left out
+            name: float(cast(float, prof.coefficients.get(name, 0.0)))
+            for name in COEFFICIENTS
+            if name not in OPTIONAL_COEFFICIENTS
+        }
         tp = deployment.tp
-        speedup = tp ** float(prof.coefficients.get(TP_EXPONENT, 1.0))
+        speedup = tp ** float(cast(float, prof.coefficients.get(TP_EXPONENT, 1.0)))
         self._c0 = c["c0"]
         self._c_token = c["c_token"] / speedup
         self._c_prefill_step = c["c_prefill_step"]
@@ -132,9 +158,14 @@ class CalibratedStepTime(StepTimeModel):
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
             model, gpu = deployment.model, deployment.gpu
-            self._allreduce_per_token = (2 * model.num_layers * ring * model.hidden_size
-                                         * allreduce_bytes_per_element
-                                         / gpu.interconnect_bytes_per_s)
+            self._allreduce_per_token = (
+                2
+                * model.num_layers
+                * ring
+                * model.hidden_size
+                * allreduce_bytes_per_element
+                / gpu.interconnect_bytes_per_s
+            )
             latency = prof.coefficients.get("c_allreduce_latency")
             if latency is None:  # not fitted: the catalog's figure
                 latency = gpu.interconnect_latency_s
@@ -146,15 +177,26 @@ class CalibratedStepTime(StepTimeModel):
         num_prefill_tokens = shape.num_prefill_tokens
         num_decode_seqs = shape.num_decode_seqs
         tokens = num_prefill_tokens + num_decode_seqs
-        t = (self._c0 + self._gemm(tokens) + self._c_token * tokens
-             + self._allreduce_per_token * tokens + self._allreduce_fixed)
+        t = (
+            self._c0
+            + self._gemm(tokens)
+            + self._c_token * tokens
+            + self._allreduce_per_token * tokens
+            + self._allreduce_fixed
+        )
         if num_prefill_tokens:
-            t += (self._c_prefill_step + self._c_prefill_token * num_prefill_tokens
-                  + self._c_prefill_attn * shape.prefill_attn
-                  + self._lm_head(num_decode_seqs + 1))
+            t += (
+                self._c_prefill_step
+                + self._c_prefill_token * num_prefill_tokens
+                + self._c_prefill_attn * shape.prefill_attn
+                + self._lm_head(num_decode_seqs + 1)
+            )
         elif num_decode_seqs:
             t += self._lm_head(num_decode_seqs)
         if num_decode_seqs:
-            t += (self._c_decode_step + self._c_decode_seq * num_decode_seqs
-                  + self._c_decode_attn * shape.decode_context)
+            t += (
+                self._c_decode_step
+                + self._c_decode_seq * num_decode_seqs
+                + self._c_decode_attn * shape.decode_context
+            )
         return t

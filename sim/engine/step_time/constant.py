@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from sim.errors import require
+from typing import Any
+
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import StepTimeModel
+from sim.errors import require
 
 
 class ConstantStepTime(StepTimeModel):
-    def __init__(self, seconds: float = 0.01, **_deployment):
+    def __init__(self, seconds: float = 0.01, **_deployment: Any) -> None:
         require(seconds > 0, "step_time.seconds", seconds, "must be > 0")
         self.seconds = float(seconds)
 
     def step_time_s(self, shape: StepShape) -> float:
         return self.seconds
 
-    def decode_stretch_s(self, first: StepShape, context_growth: int,
-                         num_steps: int) -> list[float]:
+    def decode_stretch_s(
+        self, first: StepShape, context_growth: int, num_steps: int
+    ) -> list[float]:
         return [self.seconds] * num_steps

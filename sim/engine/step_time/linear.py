@@ -15,21 +15,35 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import require
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
+from sim.errors import require
 
 
 class LinearStepTime(StepTimeModel):
-    def __init__(self, c0: float = 0.006, c_prefill_token: float = 6.0e-5,
-                 c_decode_seq: float = 1.0e-5, c_prefill_attn: float = 1.0e-10,
-                 c_decode_attn: float = 3.0e-8, **_deployment):
-        for name, value in (("c0", c0), ("c_prefill_token", c_prefill_token),
-                            ("c_decode_seq", c_decode_seq), ("c_prefill_attn", c_prefill_attn),
-                            ("c_decode_attn", c_decode_attn)):
+    def __init__(
+        self,
+        c0: float = 0.006,
+        c_prefill_token: float = 6.0e-5,
+        c_decode_seq: float = 1.0e-5,
+        c_prefill_attn: float = 1.0e-10,
+        c_decode_attn: float = 3.0e-8,
+        **_deployment: Any,
+    ) -> None:
+        for name, value in (
+            ("c0", c0),
+            ("c_prefill_token", c_prefill_token),
+            ("c_decode_seq", c_decode_seq),
+            ("c_prefill_attn", c_prefill_attn),
+            ("c_decode_attn", c_decode_attn),
+        ):
             require(value >= 0, f"step_time.{name}", value, "must be >= 0")
-        require(c0 + c_prefill_token + c_decode_seq > 0, "step_time.c0", c0,
-                "a step must take some time: c0, c_prefill_token or c_decode_seq must be > 0")
+        require(
+            c0 + c_prefill_token + c_decode_seq > 0,
+            "step_time.c0",
+            c0,
+            "a step must take some time: c0, c_prefill_token or c_decode_seq must be > 0",
+        )
         self.c0 = float(c0)
         self.c_prefill_token = float(c_prefill_token)
         self.c_decode_seq = float(c_decode_seq)
@@ -37,16 +51,23 @@ class LinearStepTime(StepTimeModel):
         self.c_decode_attn = float(c_decode_attn)
 
     def step_time_s(self, shape: StepShape) -> float:
-        return (self.c0 + self.c_prefill_token * shape.num_prefill_tokens
-                + self.c_decode_seq * shape.num_decode_seqs
-                + self.c_prefill_attn * shape.prefill_attn
-                + self.c_decode_attn * shape.decode_context)
+        return (
+            self.c0
+            + self.c_prefill_token * shape.num_prefill_tokens
+            + self.c_decode_seq * shape.num_decode_seqs
+            + self.c_prefill_attn * shape.prefill_attn
+            + self.c_decode_attn * shape.decode_context
+        )
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         if num_steps < VECTOR_MIN_STEPS:
             return super().decode_stretch_s(first, context_growth, num_steps)
         context = first.decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
         # the scalar expression with P = Ap = 0, term by term in the same order
-        fixed = (self.c0 + self.c_prefill_token * 0 + self.c_decode_seq * first.num_decode_seqs
-                 + self.c_prefill_attn * 0)
+        fixed = (
+            self.c0
+            + self.c_prefill_token * 0
+            + self.c_decode_seq * first.num_decode_seqs
+            + self.c_prefill_attn * 0
+        )
         return fixed + self.c_decode_attn * context

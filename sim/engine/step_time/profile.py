@@ -22,8 +22,17 @@ SCHEMA_VERSION = 2
 # Version 1 wrote c_allreduce_latency = 0 for "use the catalog's latency"; version 2 writes null
 # (0 is a latency). Version 1 files are read with that translation.
 READABLE_VERSIONS = (1, 2)
-COEFFICIENTS = ("c0", "c_token", "c_prefill_step", "c_prefill_token", "c_prefill_attn",
-                "c_decode_step", "c_decode_seq", "c_decode_attn", "c_allreduce_latency")
+COEFFICIENTS = (
+    "c0",
+    "c_token",
+    "c_prefill_step",
+    "c_prefill_token",
+    "c_prefill_attn",
+    "c_decode_step",
+    "c_decode_seq",
+    "c_decode_attn",
+    "c_allreduce_latency",
+)
 # how per-token work scales with tensor parallelism (calibrated.py's docstring); 1 = ideal
 TP_EXPONENT = "tp_compute_exponent"
 # may be null: the GPU catalog's latency is used
@@ -66,10 +75,16 @@ class Profile:
             data = json.loads(path.read_text())
             profile = cls(**data)
         except (json.JSONDecodeError, TypeError) as err:
-            raise ConfigError("step_time.profile", str(path), f"not a Fleetcast profile: {err}")
-        require(profile.schema_version in READABLE_VERSIONS, "step_time.profile", str(path),
-                f"schema version {profile.schema_version}, this Fleetcast reads "
-                f"{', '.join(map(str, READABLE_VERSIONS))}")
+            raise ConfigError(
+                "step_time.profile", str(path), f"not a Fleetcast profile: {err}"
+            ) from None
+        require(
+            profile.schema_version in READABLE_VERSIONS,
+            "step_time.profile",
+            str(path),
+            f"schema version {profile.schema_version}, this Fleetcast reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}",
+        )
         if profile.schema_version == 1 and profile.coefficients.get("c_allreduce_latency") == 0:
             profile.coefficients["c_allreduce_latency"] = None
         profile.schema_version = SCHEMA_VERSION
@@ -77,22 +92,37 @@ class Profile:
             value = profile.coefficients.get(name, 0.0)
             if value is None and name in OPTIONAL_COEFFICIENTS:
                 continue
-            require(isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and value >= 0, "step_time.profile", str(path),
-                    f"coefficient {name}={value!r} must be a number >= 0")
+            require(
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0,
+                "step_time.profile",
+                str(path),
+                f"coefficient {name}={value!r} must be a number >= 0",
+            )
         exponent = profile.coefficients.get(TP_EXPONENT, 1.0)
-        require(isinstance(exponent, (int, float)) and 0 < exponent <= 1, "step_time.profile",
-                str(path), f"coefficient {TP_EXPONENT}={exponent!r} must be in (0, 1]")
-        for xs, ys, name in ((profile.gemm_tokens, profile.gemm_s, "gemm"),
-                             (profile.lm_head_tokens, profile.lm_head_s, "lm_head")):
-            require(len(xs) == len(ys) and all(b > a for a, b in zip(xs, xs[1:]))
-                    and all(b >= a for a, b in zip(ys, ys[1:])), "step_time.profile", str(path),
-                    f"the {name} curve must have increasing tokens and non-decreasing times")
+        require(
+            isinstance(exponent, (int, float)) and 0 < exponent <= 1,
+            "step_time.profile",
+            str(path),
+            f"coefficient {TP_EXPONENT}={exponent!r} must be in (0, 1]",
+        )
+        for xs, ys, name in (
+            (profile.gemm_tokens, profile.gemm_s, "gemm"),
+            (profile.lm_head_tokens, profile.lm_head_s, "lm_head"),
+        ):
+            require(
+                len(xs) == len(ys)
+                and all(b > a for a, b in zip(xs, xs[1:], strict=False))
+                and all(b >= a for a, b in zip(ys, ys[1:], strict=False)),
+                "step_time.profile",
+                str(path),
+                f"the {name} curve must have increasing tokens and non-decreasing times",
+            )
         return profile
 
     def file_name(self) -> str:
-        return profile_file_name(self.model, self.hardware, self.weights_precision,
-                                 self.kv_precision, self.backend)
+        return profile_file_name(
+            self.model, self.hardware, self.weights_precision, self.kv_precision, self.backend
+        )
 
 
 def shipped_profile_dir() -> Path:

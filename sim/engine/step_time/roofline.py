@@ -26,25 +26,42 @@ from typing import Any
 import numpy as np
 
 from sim.catalog.deployment import Deployment
-from sim.errors import require
 from sim.catalog.model import bytes_per_element
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
+from sim.errors import require
 
 _SURE = 1.0 - 1e-9  # a margin far above float rounding, far below any modelling difference
 
 
 class RooflineStepTime(StepTimeModel):
-    def __init__(self, deployment: Deployment, compute_efficiency: float = 0.6,
-                 bandwidth_efficiency: float = 0.8, step_overhead_s: float = 0.002,
-                 allreduce_bytes_per_element: float = 2.0):
-        require(0 < compute_efficiency <= 1, "step_time.compute_efficiency", compute_efficiency,
-                "must be in (0, 1]")
-        require(0 < bandwidth_efficiency <= 1, "step_time.bandwidth_efficiency",
-                bandwidth_efficiency, "must be in (0, 1]")
+    def __init__(
+        self,
+        deployment: Deployment,
+        compute_efficiency: float = 0.6,
+        bandwidth_efficiency: float = 0.8,
+        step_overhead_s: float = 0.002,
+        allreduce_bytes_per_element: float = 2.0,
+    ) -> None:
+        require(
+            0 < compute_efficiency <= 1,
+            "step_time.compute_efficiency",
+            compute_efficiency,
+            "must be in (0, 1]",
+        )
+        require(
+            0 < bandwidth_efficiency <= 1,
+            "step_time.bandwidth_efficiency",
+            bandwidth_efficiency,
+            "must be in (0, 1]",
+        )
         require(step_overhead_s >= 0, "step_time.step_overhead_s", step_overhead_s, "must be >= 0")
-        require(allreduce_bytes_per_element > 0, "step_time.allreduce_bytes_per_element",
-                allreduce_bytes_per_element, "must be > 0")
+        require(
+            allreduce_bytes_per_element > 0,
+            "step_time.allreduce_bytes_per_element",
+            allreduce_bytes_per_element,
+            "must be > 0",
+        )
         model, gpu, tp = deployment.model, deployment.gpu, deployment.tp
         self._model = model
         self._tp = tp
@@ -60,8 +77,12 @@ class RooflineStepTime(StepTimeModel):
         self._weights_s = model.weight_bytes(self._bytes_per_param) / tp / bytes_per_s
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
-            per_token = (ring * model.hidden_size * allreduce_bytes_per_element
-                         / gpu.interconnect_bytes_per_s)
+            per_token = (
+                ring
+                * model.hidden_size
+                * allreduce_bytes_per_element
+                / gpu.interconnect_bytes_per_s
+            )
             n_allreduce = 2 * model.num_layers
             self._allreduce_s_per_token = n_allreduce * per_token
             self._allreduce_fixed_s = n_allreduce * gpu.interconnect_latency_s
@@ -79,8 +100,9 @@ class RooflineStepTime(StepTimeModel):
     def step_time_s(self, shape: StepShape) -> float:
         decode_context = shape.decode_context
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
-        compute = (self._s_per_token_flops * tokens
-                   + self._s_per_attn_pair * (shape.prefill_attn + decode_context))
+        compute = self._s_per_token_flops * tokens + self._s_per_attn_pair * (
+            shape.prefill_attn + decode_context
+        )
         memory = self._weights_read_s(tokens) + self._s_per_kv_token * (decode_context + tokens)
         busy = compute if compute > memory else memory
         return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
@@ -95,16 +117,21 @@ class RooflineStepTime(StepTimeModel):
         per_step = self._allreduce_s_per_token * tokens + self._fixed_s
         s_attn, s_kv = self._s_per_attn_pair, self._s_per_kv_token
         if num_steps >= VECTOR_MIN_STEPS:
-            context = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
-            busy = np.maximum(token_compute + s_attn * context, weights + s_kv * (context + tokens))
+            each = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+            busy = np.maximum(token_compute + s_attn * each, weights + s_kv * (each + tokens))
             return busy + per_step
-        contexts = (range(decode_context, decode_context + context_growth * num_steps,
-                          context_growth) if context_growth else [decode_context] * num_steps)
+        contexts = (
+            range(decode_context, decode_context + context_growth * num_steps, context_growth)
+            if context_growth
+            else [decode_context] * num_steps
+        )
         # Compute and memory time are both linear in the context: when memory wins at both
         # ends of the stretch, by more than rounding could undo, it wins at every step between.
-        first, last = contexts[0], contexts[-1]
-        if (token_compute + s_attn * first < (weights + s_kv * (first + tokens)) * _SURE
-                and token_compute + s_attn * last < (weights + s_kv * (last + tokens)) * _SURE):
+        lo, hi = contexts[0], contexts[-1]
+        if (
+            token_compute + s_attn * lo < (weights + s_kv * (lo + tokens)) * _SURE
+            and token_compute + s_attn * hi < (weights + s_kv * (hi + tokens)) * _SURE
+        ):
             return [weights + s_kv * (context + tokens) + per_step for context in contexts]
         durations = []
         for context in contexts:

@@ -71,7 +71,7 @@ def test_advance_decodes_equals_stepping_one_by_one(k):
     assert limit == 44  # the shortest remaining output: 45 - 1
     finished_fast, blocks_used = fast.advance_decodes(plan, k)
     expected_blocks, finished_slow = [], []
-    for i in range(k):
+    for _ in range(k):
         p = slow.schedule()
         assert decodes(p) == [0, 1, 2, 3] and p.preempted == []
         expected_blocks.append(slow.kv.num_used_blocks)  # what the step row records
@@ -82,6 +82,7 @@ def test_advance_decodes_equals_stepping_one_by_one(k):
     for a, b in zip(
         sorted(fast.running + finished_fast, key=lambda r: r.request_id),
         sorted(slow.running + finished_slow, key=lambda r: r.request_id),
+        strict=True,
     ):
         # block ids may be handed out in another order; how many each holds may not differ
         assert (a.num_computed_tokens, a.num_generated, len(fast.kv.blocks_of(a)), a.status) == (

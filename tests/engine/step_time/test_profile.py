@@ -3,7 +3,8 @@ small held-out error, and bad coefficients are refused."""
 
 from __future__ import annotations
 
-import numpy as np
+import json
+
 import pytest
 
 from sim.calibration.calibrate import calibrate_steps
@@ -12,38 +13,10 @@ from sim.engine.step_shape import StepShape
 from sim.engine.step_time.calibrated import CalibratedStepTime
 from sim.engine.step_time.profile import Profile, shipped_profile_dir
 from sim.errors import ConfigError
-from tests.support import compose
+from tests.calibration.synthetic import synthetic_steps
+from tests.support import compose, deployment
 
-KNOWN = {
-    "c0": 0.004,
-    "c_token": 6e-5,
-    "c_decode_seq": 2e-5,
-    "c_prefill_attn": 3e-10,
-    "c_decode_attn": 4e-8,
-    "c_prefill_step": 5e-4,
-}
-
-
-def synthetic_steps(path, n=400, noise=0.0, seed=0):
-    rng = np.random.default_rng(seed)
-    p = rng.integers(0, 4096, n) * (rng.random(n) < 0.5)
-    d = rng.integers(0, 256, n)
-    d[(p == 0) & (d == 0)] = 1
-    ap = p * (p + rng.integers(0, 2048, n))
-    ad = d * rng.integers(64, 8192, n)
-    t = (
-        KNOWN["c0"]
-        + KNOWN["c_token"] * (p + d)
-        + KNOWN["c_decode_seq"] * d
-        + KNOWN["c_prefill_attn"] * ap
-        + KNOWN["c_decode_attn"] * ad
-        + KNOWN["c_prefill_step"] * (p > 0)
-    )
-    t = t * (1 + noise * rng.standard_normal(n))
-    lines = ["num_prefill_tokens,num_decode_seqs,prefill_attn,decode_context,step_time_s"]
-    lines += [f"{a},{b},{c},{e},{float(f)!r}" for a, b, c, e, f in zip(p, d, ap, ad, t)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+SHIPPED = "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
 
 
 def test_profile_round_trips_through_its_file(tmp_path):
@@ -97,3 +70,33 @@ def test_a_tp_exponent_outside_0_1_is_refused(tmp_path, exponent):
         ConfigError, match=r"^step_time.profile=.*tp_compute_exponent=.* must be in \(0, 1\]"
     ):
         Profile.load(path)
+
+
+def test_a_version_1_profile_reads_its_zero_allreduce_latency_as_unset(tmp_path):
+    """Version 1 wrote c_allreduce_latency = 0 for "use the GPU catalog's latency"; version 2
+    writes null, since 0 is a latency. An old file keeps its meaning."""
+    data = json.loads((shipped_profile_dir() / SHIPPED).read_text())
+    data["schema_version"] = 1
+    data["coefficients"]["c_allreduce_latency"] = 0.0
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    assert Profile.load(tmp_path / "v1.json").coefficients["c_allreduce_latency"] is None
+    data["schema_version"] = 2
+    (tmp_path / "v2.json").write_text(json.dumps(data))
+    assert Profile.load(tmp_path / "v2.json").coefficients["c_allreduce_latency"] == 0.0
+    data["schema_version"] = 3
+    (tmp_path / "v3.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="schema version 3, this Fleetcast reads 1, 2"):
+        Profile.load(tmp_path / "v3.json")
+
+
+def test_an_unset_allreduce_latency_prices_the_catalogs(tmp_path):
+    data = json.loads((shipped_profile_dir() / SHIPPED).read_text())
+    dep = deployment(tp=2)
+    times = {}
+    for latency in (None, 0.0, dep.gpu.interconnect_latency_s):
+        data["coefficients"]["c_allreduce_latency"] = latency
+        path = tmp_path / f"{latency}.json"
+        path.write_text(json.dumps(data))
+        model = CalibratedStepTime(dep, backend="trtllm", profile=str(path))
+        times[latency] = model.step_time_s(StepShape(0, 8, 0, 8000))
+    assert times[None] == times[dep.gpu.interconnect_latency_s] > times[0.0]

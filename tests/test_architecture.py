@@ -1,0 +1,153 @@
+"""The layout keeps its promises: imports point down the data flow, SimPy stays in the fleet,
+optional extras stay in the packages that need them, every package says what it holds and may
+import, the README's layout names every module, and tests/ mirrors sim/.
+
+The rules are the table below, the same as each package's docstring and the README's layout.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO_ROOT
+
+SIM = REPO_ROOT / "sim"
+BASICS = {"errors", "rng", "resources", "arrow_numpy"}
+# What each part of sim/ may import from sim/ (besides itself). Top-level modules are parts of
+# their own; ``run`` (the composition root) and ``cli`` (the command) may import anything.
+MAY_IMPORT: dict[str, set[str]] = {
+    "errors": set(),
+    "rng": set(),
+    "arrow_numpy": set(),
+    "resources": {"errors"},
+    "config": BASICS,
+    "catalog": BASICS | {"config"},
+    "workload": BASICS | {"config"},
+    "engine": BASICS | {"catalog"},
+    "output": BASICS | {"config", "catalog", "engine"},
+    "fleet": BASICS | {"engine", "workload", "output.metrics"},
+    "calibration": BASICS | {"config", "catalog", "engine"},
+    "sweeps": BASICS | {"config", "output.run_files"},
+}
+ANYTHING = {"run", "cli", "__main__", "__init__"}
+# Third-party packages only some parts may use: SimPy moves time (the fleet only); the
+# optional extras (calibrate, profile) stay where they are needed.
+ONLY_IN = {
+    "simpy": {"fleet"},
+    "torch": {"calibration"},
+    "scipy": {"calibration"},
+    "pandas": {"calibration"},
+    "hydra": {"config", "sweeps", "cli"},
+    "seaborn": set(),
+    "matplotlib": set(),
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SIM.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _part(path: Path) -> str:
+    """``engine`` for sim/engine/..., ``run`` for sim/run.py."""
+    rel = path.relative_to(SIM).parts
+    return rel[0] if len(rel) > 1 else rel[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (absolute names), at any depth of the file."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def _allowed(part: str, target: str) -> bool:
+    """Whether ``part`` may import ``sim.<target>`` (target: dotted, without ``sim.``)."""
+    if part in ANYTHING or target.split(".")[0] == part:
+        return True
+    for rule in MAY_IMPORT[part]:
+        if target == rule or target.startswith(rule + "."):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SIM)))
+def test_imports_point_down_the_data_flow(path):
+    part = _part(path)
+    assert part in MAY_IMPORT or part in ANYTHING, f"{part}: add it to MAY_IMPORT"
+    wrong = []
+    for name in _imports(path):
+        if name == "sim" or not name.startswith("sim."):
+            top = name.split(".")[0]
+            if top in ONLY_IN and part not in ONLY_IN[top] and part not in ANYTHING - {"run"}:
+                wrong.append(f"{name} (only in {sorted(ONLY_IN[top]) or 'notebooks'})")
+            continue
+        target = name.removeprefix("sim.")
+        # "from sim.engine import x" lists both sim.engine and sim.engine.x: judge the longer
+        if not _allowed(part, target) and not any(
+            other.startswith(name + ".") and _allowed(part, other.removeprefix("sim."))
+            for other in _imports(path)
+        ):
+            wrong.append(name)
+    assert not wrong, f"sim/{path.relative_to(SIM)} ({part}) imports {wrong}"
+
+
+def test_the_rules_catch_a_wrong_import():
+    assert not _allowed("engine", "fleet.replica")
+    assert not _allowed("output", "fleet.cluster")
+    assert not _allowed("fleet", "output.results")
+    assert _allowed("fleet", "output.metrics") and _allowed("engine", "catalog.deployment")
+
+
+PACKAGES = sorted(p for p in SIM.iterdir() if (p / "__init__.py").is_file())
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_every_package_says_what_it_holds_and_what_it_may_import(package):
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
+    assert doc, f"sim/{package.name}/__init__.py has no docstring"
+    for module in sorted(package.glob("*.py")):
+        if module.name != "__init__.py":
+            assert f"``{module.stem}``" in doc, f"sim/{package.name}: {module.stem} not described"
+    assert "May import" in doc, f"sim/{package.name}: the docstring does not say what it may import"
+
+
+def _readme_layout() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    match = re.search(r"^## Layout\n(.*?)(?=^## )", text, flags=re.S | re.M)
+    assert match, "README.md has no '## Layout' section"
+    return match.group(1)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if p.name not in ("__init__.py", "__main__.py")],
+    ids=lambda p: str(p.relative_to(SIM)),
+)
+def test_the_readme_layout_names_every_module(path):
+    layout = _readme_layout()
+    assert re.search(rf"\b{re.escape(path.stem)}\b", layout), (
+        f"README.md's layout does not name sim/{path.relative_to(SIM)}"
+    )
+
+
+def test_tests_mirror_sim():
+    tests = REPO_ROOT / "tests"
+    folders = {
+        p.relative_to(tests)
+        for p in tests.rglob("*")
+        if p.is_dir() and "__pycache__" not in p.parts and not p.name.startswith(".")
+    }
+    for folder in folders:
+        assert (SIM / folder).is_dir(), f"tests/{folder} mirrors no folder of sim/"
+        assert (tests / folder / "__init__.py").is_file(), f"tests/{folder} is not a package"
+    for package in PACKAGES:
+        assert Path(package.name) in folders, f"sim/{package.name} has no tests/{package.name}"

@@ -1,0 +1,116 @@
+"""Where shipped configs and data are found (``sim.resources``): through the package, from any
+directory, never shadowed by the current directory; a user's relative path is relative to the
+current directory."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.errors import ConfigError
+from sim.resources import config_dir, data_dir, resolve_path
+from sim.workload.traces import load_trace
+from tests.support import REPO_ROOT
+
+AZURE_CONV = "shipped:traces/azure_llm_2023_conv.parquet"
+
+
+def _tiny_trace(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.table(
+            {
+                "arrival_time_s": [0.0, 1.0, 2.0],
+                "prompt_tokens": [5, 6, 7],
+                "output_tokens": [1, 2, 3],
+            }
+        ),
+        path,
+    )
+
+
+def test_configs_and_data_are_the_checkouts_in_an_editable_install():
+    assert config_dir() == REPO_ROOT / "configs"
+    assert data_dir() == REPO_ROOT / "data"
+    assert (config_dir() / "config.yaml").is_file()
+
+
+def test_a_shipped_trace_is_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_trace(AZURE_CONV).num_requests == 19_366
+
+
+def test_a_file_in_the_current_directory_never_shadows_a_shipped_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _tiny_trace(tmp_path / "traces" / "azure_llm_2023_conv.parquet")
+    _tiny_trace(tmp_path / "shipped:traces" / "azure_llm_2023_conv.parquet")
+    assert load_trace(AZURE_CONV).num_requests == 19_366
+
+
+def test_a_relative_path_is_relative_to_the_current_directory(tmp_path, monkeypatch):
+    _tiny_trace(tmp_path / "mine" / "t.parquet")
+    monkeypatch.chdir(tmp_path)
+    assert load_trace("mine/t.parquet").num_requests == 3
+    assert resolve_path("mine/t.parquet", "workload.path") == tmp_path / "mine" / "t.parquet"
+    monkeypatch.chdir(tmp_path / "mine")
+    assert load_trace("t.parquet").num_requests == 3
+    with pytest.raises(ConfigError, match=r"^workload\.path='mine/t\.parquet': file not found"):
+        load_trace("mine/t.parquet")
+
+
+def test_the_old_repository_relative_spelling_works_only_from_the_checkout(tmp_path, monkeypatch):
+    """``data/traces/...`` was how configs named shipped traces; it is now an ordinary relative
+    path, and the error from elsewhere says what to write instead."""
+    monkeypatch.chdir(REPO_ROOT)
+    assert load_trace("data/traces/azure_llm_2023_conv.parquet").num_requests == 19_366
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        load_trace("data/traces/azure_llm_2023_conv.parquet")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "shipped:traces/azure_llm_2023_conv.parquet" in message
+
+
+def test_an_unknown_shipped_name_lists_what_is_shipped():
+    with pytest.raises(ConfigError) as err:
+        resolve_path("shipped:traces/nope.parquet", "workload.path")
+    message = str(err.value)
+    assert message.startswith("workload.path='shipped:traces/nope.parquet': no such shipped file")
+    assert AZURE_CONV in message and "\n" not in message
+
+
+def test_a_folder_is_asked_for_as_a_folder(tmp_path):
+    assert (
+        resolve_path("shipped:calibration", "calibrate.kernels", kind="folder")
+        == (data_dir() / "calibration").resolve()
+    )
+    with pytest.raises(ConfigError, match="folder not found"):
+        resolve_path(str(tmp_path / "none"), "calibrate.kernels", kind="folder")
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "file")
+    with pytest.raises(ConfigError, match="folder not found"):
+        resolve_path(str(tmp_path / "file"), "calibrate.kernels", kind="folder")
+
+
+def test_a_checkout_that_was_never_installed_finds_its_folders_beside_the_package(tmp_path):
+    # Without the editable install's import hook, sim.configs cannot be imported: the folders
+    # beside sim/ are used (a source checkout on PYTHONPATH), still not the current directory.
+    code = (
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
+        "if 'editable' not in str(getattr(f, '__module__', '')).lower()]; "
+        "import importlib.util; assert importlib.util.find_spec('sim.configs') is None; "
+        "from sim.resources import config_dir, data_dir; print(config_dir()); print(data_dir())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(REPO_ROOT / "configs"), str(REPO_ROOT / "data")]
