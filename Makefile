@@ -7,7 +7,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# PYTHONWARNINGS: setuptools' notice that an install is editable is not news here
+PIP := PYTHONWARNINGS=ignore $(PY) -m pip install --quiet --disable-pip-version-check
 
 VENV_RAY ?= .venv-ray
 PY_RAY := $(VENV_RAY)/bin/python
@@ -29,8 +30,8 @@ $(VENV)/.installed-run: pyproject.toml setup.py | $(PY)
 
 $(VENV)/.installed-test: pyproject.toml setup.py | $(PY)
 	$(PIP) -e '.[test,lint]'
-	$(PIP) --quiet --retries 1 --timeout 20 $(TORCH_CPU) \
-		|| echo "PyTorch (CPU) could not be installed: the fleetcast profile tests will be skipped"
+	$(PIP) --retries 1 --timeout 20 $(TORCH_CPU) 2> $(VENV)/torch-install.log \
+		|| echo "PyTorch (CPU) not installed ($(VENV)/torch-install.log): the profile tests will be skipped"
 	touch $(VENV)/.installed-run $@
 
 demo: $(VENV)/.installed-run

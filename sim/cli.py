@@ -27,6 +27,8 @@ from sim.config.compose import check_overrides
 from sim.errors import ConfigError, require
 from sim.resources import config_dir
 
+# what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
+CALIBRATE_EXTRA = ("scipy", "pandas")
 COMMANDS = ("run", "memory", "collect", "calibrate", "profile")
 USAGE = __doc__
 
@@ -73,7 +75,10 @@ def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
     from sim.sweeps.resume import job_status
 
     if job_status(job_dir, to_dict(cfg)) == "complete":
-        print(f"{job_dir}: complete, skipped")
+        # one write per line: parallel jobs share stdout, and print() writes the text and the
+        # newline separately, so two jobs' lines could interleave
+        sys.stdout.write(f"{job_dir}: complete, skipped\n")
+        sys.stdout.flush()
         return
     for stale in job_dir.glob(".*.partial"):  # left by a job killed while writing
         stale.unlink()
@@ -148,9 +153,19 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(collect_main(argv))
     if command == "calibrate":
-        from sim.calibration.calibrate import main as calibrate_main
+        try:
+            from sim.calibration.calibrate import main as calibrate_main
 
-        sys.exit(calibrate_main(argv))
+            sys.exit(calibrate_main(argv))
+        except ModuleNotFoundError as err:  # the calibrate extra is not installed
+            missing = (err.name or "").split(".")[0]
+            if missing not in CALIBRATE_EXTRA:
+                raise
+            print(
+                f"error: fleetcast calibrate needs {missing}: pip install 'fleetcast[calibrate]'",
+                file=sys.stderr,
+            )
+            sys.exit(2)
     if command == "profile":
         from sim.calibration.profiler import main as profile_main
 

@@ -1,14 +1,16 @@
 """Where Fleetcast's shipped configs and data are, in a checkout and in an installed copy alike.
 
 ``configs/`` and ``data/`` sit at the top of the repository and travel inside the package as
-``sim.configs`` and ``sim.data`` (setup.py maps them; an editable install maps them to the
-checkout's folders). They are found through the import system, or beside the ``sim`` folder of
-a checkout that was never installed, never through the current directory, so ``fleetcast`` runs
-the same from any folder.
+``sim.configs`` and ``sim.data`` (setup.py maps them). They are found beside the ``sim`` folder
+when it is a checkout's (so a second checkout or a worktree uses its own, installed or not), else
+through the import system (an installed copy); never through the current directory, so
+``fleetcast`` runs the same from any folder.
 
 A shipped data file is named in configs as ``shipped:<path under data/>``, for example
 ``shipped:traces/azure_llm_2023_conv.parquet``. Any other path is the user's: a relative one
-is relative to the current directory.
+is relative to the current directory. Configs written before the data became package data said
+``data/traces/<file>``; where no such file is in the current directory and ``<file>`` is
+shipped, that spelling still finds it (``legacy_shipped``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ SHIPPED_PREFIX = "shipped:"
 
 @cache
 def _package_dir(package: str, checkout_folder: str) -> Path:
+    root = Path(__file__).resolve().parents[1]
+    if (root / "setup.py").is_file() and (root / checkout_folder / "__init__.py").is_file():
+        return root / checkout_folder  # this code's own checkout
     # find_spec locates the folder without importing it (no __pycache__ among the configs)
     spec = importlib.util.find_spec(package)
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
-    beside = Path(__file__).resolve().parents[1] / checkout_folder  # a checkout, not installed
-    if (beside / "__init__.py").is_file():
-        return beside
     raise RuntimeError(f"{package} is missing: reinstall Fleetcast (pip install fleetcast)")
 
 
@@ -51,6 +53,18 @@ def is_shipped(path: object) -> bool:
 def shipped_path(name: str) -> Path:
     """The file or folder a ``shipped:NAME`` reference names."""
     return data_dir() / name.removeprefix(SHIPPED_PREFIX)
+
+
+LEGACY_DATA_PREFIX = "data/"
+
+
+def legacy_shipped(path: str) -> str | None:
+    """``shipped:X`` for a path configs wrote before the data was package data
+    (``data/X``), when Fleetcast ships ``X``; else None."""
+    if not path.startswith(LEGACY_DATA_PREFIX):
+        return None
+    name = SHIPPED_PREFIX + path.removeprefix(LEGACY_DATA_PREFIX)
+    return name if shipped_path(name).exists() else None
 
 
 DATA_SUFFIXES = (".parquet", ".csv", ".json")
@@ -79,6 +93,8 @@ def resolve_path(path: object, field: str, *, kind: str = "file") -> Path:
         raise ConfigError(field, path, f"required: a path to a {kind}")
     found = shipped_path(str(path)) if is_shipped(path) else Path(path).expanduser()
     exists = found.is_dir() if kind == "folder" else found.is_file()
+    if not exists and not found.is_absolute() and (legacy := legacy_shipped(str(path))):
+        found, exists = shipped_path(legacy), True  # an older config's spelling
     if exists:
         return found.resolve()
     if is_shipped(path):
@@ -88,9 +104,6 @@ def resolve_path(path: object, field: str, *, kind: str = "file") -> Path:
             f"no such shipped {kind}; shipped: " + ", ".join(_shipped(kind, str(path))),
         )
     hint = ""
-    if not found.is_absolute() and str(path).startswith("data/"):
-        hint = (
-            f" (relative to {Path.cwd()}; a file Fleetcast ships is named "
-            f"{SHIPPED_PREFIX}{str(path).removeprefix('data/')})"
-        )
+    if not found.is_absolute():
+        hint = f" (relative to {Path.cwd()}; a shipped {kind} is named {SHIPPED_PREFIX}<path>)"
     raise ConfigError(field, str(path), f"{kind} not found{hint}")

@@ -1,8 +1,9 @@
-"""One simulation, from a config to its files.
+"""One simulation, from a config to its results: the composition root.
 
 ``simulate(cfg)`` builds everything the run needs from the config alone (no global state, so
-many runs can share a process) and returns the tables and the summary; ``write_run`` writes
-them. The same config and seed give byte-identical files.
+many runs can share a process) and returns the tables, the summary and the resolved config
+(``sim.output.run_files.write_run`` writes them). The same config and seed give byte-identical
+files.
 """
 
 from __future__ import annotations

@@ -134,8 +134,8 @@ def _readme_layout() -> str:
 )
 def test_the_readme_layout_names_every_module(path):
     layout = _readme_layout()
-    assert re.search(rf"\b{re.escape(path.stem)}\b", layout), (
-        f"README.md's layout does not name sim/{path.relative_to(SIM)}"
+    assert re.search(rf"\b{re.escape(path.name)}\b", layout), (
+        f"README.md's layout does not name sim/{path.relative_to(SIM)} as {path.name}"
     )
 
 

@@ -4,6 +4,8 @@ Each case is a real subprocess (about a second each), so the cases are few.
 """
 
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -108,3 +110,21 @@ def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
     summaries = [json.loads((out / str(job) / "summary.json").read_text()) for job in (0, 1)]
     assert [s["num_gpus"] for s in summaries] == [1, 2]
     assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("missing", ["scipy", "pandas"])
+def test_calibrate_without_its_extra_says_what_to_install(tmp_path, missing):
+    # a core install: the calibrate extra's packages cannot be imported
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None; from sim.cli import main; "
+        "main(['calibrate', '--kernels', 'shipped:calibration', '--c0', '0.001', "
+        "'--out', 'p.json'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"error: fleetcast calibrate needs {missing}: pip install 'fleetcast[calibrate]'"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -14,7 +14,8 @@ import nbclient
 import nbformat
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO_ROOT
+
 NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
 
 # Appended to the parameter cell: two minutes of trace instead of ten keeps each run short.

@@ -62,17 +62,19 @@ def test_a_relative_path_is_relative_to_the_current_directory(tmp_path, monkeypa
         load_trace("mine/t.parquet")
 
 
-def test_the_old_repository_relative_spelling_works_only_from_the_checkout(tmp_path, monkeypatch):
-    """``data/traces/...`` was how configs named shipped traces; it is now an ordinary relative
-    path, and the error from elsewhere says what to write instead."""
-    monkeypatch.chdir(REPO_ROOT)
-    assert load_trace("data/traces/azure_llm_2023_conv.parquet").num_requests == 19_366
+def test_the_old_repository_relative_spelling_still_finds_a_shipped_file(tmp_path, monkeypatch):
+    """``data/traces/...`` was how configs named shipped traces: an old run's config.yaml still
+    runs from anywhere. It stays an ordinary relative path first: a file of the user's at that
+    path wins, and a name Fleetcast does not ship is not found, with a hint."""
     monkeypatch.chdir(tmp_path)
+    assert load_trace("data/traces/azure_llm_2023_conv.parquet").num_requests == 19_366
+    _tiny_trace(tmp_path / "data" / "traces" / "azure_llm_2023_conv.parquet")
+    assert load_trace("data/traces/azure_llm_2023_conv.parquet").num_requests == 3
     with pytest.raises(ConfigError) as err:
-        load_trace("data/traces/azure_llm_2023_conv.parquet")
+        load_trace("data/traces/mine.parquet")
     message = str(err.value)
-    assert "\n" not in message
-    assert "shipped:traces/azure_llm_2023_conv.parquet" in message
+    assert message.startswith("workload.path='data/traces/mine.parquet': file not found")
+    assert "shipped:<path>" in message and "\n" not in message
 
 
 def test_an_unknown_shipped_name_lists_what_is_shipped():
@@ -114,3 +116,19 @@ def test_a_checkout_that_was_never_installed_finds_its_folders_beside_the_packag
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(REPO_ROOT / "configs"), str(REPO_ROOT / "data")]
+
+
+def test_another_checkout_uses_its_own_configs_and_data(source_copy, tmp_path):
+    # This environment has Fleetcast installed from REPO_ROOT (editable); code imported from
+    # another checkout (a worktree, a branch) must not mix with REPO_ROOT's configs and data.
+    code = "from sim.resources import config_dir, data_dir; print(config_dir()); print(data_dir())"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(source_copy)},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(source_copy / "configs"), str(source_copy / "data")]

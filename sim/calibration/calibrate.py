@@ -35,7 +35,7 @@ from scipy.optimize import nnls
 from sim.arrow_numpy import column_to_numpy
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec
-from sim.engine.step_shape import STEP_SHAPE_COLUMNS
+from sim.engine.step_shape import REQUIRED_SHAPE_COLUMNS, STEP_SHAPE_COLUMNS
 from sim.engine.step_time.profile import (
     TP_EXPONENT,
     Profile,
@@ -49,7 +49,12 @@ if TYPE_CHECKING:  # pandas is imported only when kernel tables are read
     import pandas as pd
 
 STEP_COLUMNS = (*STEP_SHAPE_COLUMNS, "step_time_s")
+REQUIRED_STEP_COLUMNS = (*REQUIRED_SHAPE_COLUMNS, "step_time_s")
 HOLDOUT_EVERY = 5  # every fifth row is held out of the fit
+# The per-step engine overhead the shipped kernel profiles carry, fitted on 89 measured serving
+# runs by benchmarks/fidelity.py --fit (README, "Calibrated step times"); named here only to
+# tell a user what a sensible --c0 is.
+SHIPPED_C0_S = 0.001
 
 # Kernel-table names (the `system` and `backend_dir` columns of data/calibration/).
 SYSTEMS = {"H100-SXM": "h100_sxm", "H200": "h200_sxm"}
@@ -81,14 +86,20 @@ def read_steps(path: str | Path) -> dict[str, np.ndarray]:
     """The per-step CSV's columns; a one-line error naming what is missing or wrong."""
     path = resolve_path(path, "calibrate.steps")
     table = pacsv.read_csv(path)
-    missing = [c for c in STEP_COLUMNS if c not in table.column_names]
+    missing = [c for c in REQUIRED_STEP_COLUMNS if c not in table.column_names]
     require(
         not missing,
         "calibrate.steps",
         str(path),
-        f"missing column(s) {', '.join(missing)}; need {', '.join(STEP_COLUMNS)}",
+        f"missing column(s) {', '.join(missing)}; need {', '.join(REQUIRED_STEP_COLUMNS)}",
     )
-    cols = {c: column_to_numpy(table.column(c)).astype(float) for c in STEP_COLUMNS}
+    # a shape column added after the file was written (one with a default) counts as 0
+    cols = {
+        c: column_to_numpy(table.column(c)).astype(float)
+        if c in table.column_names
+        else np.zeros(table.num_rows)
+        for c in STEP_COLUMNS
+    }
     require(
         len(cols["step_time_s"]) >= 2 * HOLDOUT_EVERY,
         "calibrate.steps",
@@ -445,7 +456,7 @@ def main(argv: list[str]) -> int:
         type=float,
         default=None,
         help="per-step engine overhead in seconds, not in any kernel table "
-        "(required with --kernels; the shipped profiles use 0.001, fitted "
+        f"(required with --kernels; the shipped profiles use {SHIPPED_C0_S:g}, fitted "
         "by benchmarks/fidelity.py --fit)",
     )
     parser.add_argument(
@@ -470,14 +481,17 @@ def main(argv: list[str]) -> int:
     )
     args, overrides = parser.parse_known_args(argv)
     try:
-        out = Path(args.out) if args.out else Path.cwd() / _file_name(overrides, args.backend)
+        deployment = _deployment_parts(overrides)
+        model, gpu, weights, kv = deployment
+        name = profile_file_name(model.name, gpu.name, weights, kv, args.backend)
+        out = Path(args.out) if args.out else Path.cwd() / name
         _check_out(out, args.force)
-        profile = _calibrate(args, overrides)
+        profile = _calibrate(args, *deployment)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     profile.save(out)
-    print(f"profile: {out}")
+    print(f"profile: {out}   (use it with step_time=calibrated step_time.profile={out})")
     for part, held_out in profile.holdout_error.items():
         print(
             f"  held-out error, {part:<18} MAPE {held_out['mape']:6.2%}  "
@@ -500,11 +514,6 @@ def _deployment_parts(overrides: list[str]) -> tuple[ModelSpec, GPU, str, str]:
     )
 
 
-def _file_name(overrides: list[str], backend: str) -> str:
-    model, gpu, weights, kv = _deployment_parts(overrides)
-    return profile_file_name(model.name, gpu.name, weights, kv, backend)
-
-
 def _check_out(out: Path, force: bool) -> None:
     """Never overwrite a shipped profile; any other file only with --force."""
     shipped = shipped_profile_dir().resolve()
@@ -520,8 +529,9 @@ def _check_out(out: Path, force: bool) -> None:
     )
 
 
-def _calibrate(args: argparse.Namespace, overrides: list[str]) -> Profile:
-    model, gpu, weights, kv = _deployment_parts(overrides)
+def _calibrate(
+    args: argparse.Namespace, model: ModelSpec, gpu: GPU, weights: str, kv: str
+) -> Profile:
     if args.steps:
         return calibrate_steps(
             args.steps,
@@ -536,7 +546,7 @@ def _calibrate(args: argparse.Namespace, overrides: list[str]) -> Profile:
         "calibrate.c0",
         args.c0,
         "required with --kernels: the per-step engine overhead in seconds (no kernel "
-        "table measures it; the shipped profiles use 0.001)",
+        f"table measures it; the shipped profiles use {SHIPPED_C0_S:g})",
     )
     require(args.c0 >= 0, "calibrate.c0", args.c0, "must be >= 0")
     require(

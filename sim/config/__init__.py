@@ -5,6 +5,6 @@
 - ``params``: reading one value, its type and range checked, errors naming the field;
 - ``legacy``: older spellings in run folders (``_target_`` names, shipped paths) made current.
 
-May import: ``sim.errors``, ``sim.resources`` and Hydra/OmegaConf. Nothing here knows what a
-value means; the packages downstream do.
+May import: the basics (``sim.errors``, ``sim.rng``, ``sim.resources``, ``sim.arrow_numpy``) and
+Hydra/OmegaConf. Nothing here knows what a value means; the packages downstream do.
 """

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.resources import SHIPPED_PREFIX
+from sim.resources import legacy_shipped
 
 # Old module prefix -> new one (the class names did not change).
 TARGET_PREFIXES = {
     "sim.scheduler.": "sim.engine.scheduler.",
     "sim.step_time.": "sim.engine.step_time.",
     "sim.router.": "sim.fleet.router.",
-    "sim.sweep.": "sim.sweeps.monitor.",
 }
-# Shipped files as configs named them, relative to the repository root.
-LEGACY_DATA_PREFIX = "data/"
-LEGACY_SHIPPED_FOLDERS = ("traces/", "profiles/", "calibration/")
+# Config keys that name a data file (a trace, an empirical length distribution, a profile).
+PATH_KEYS = ("path", "profile")
 
 
 def canonical_target(target: str) -> str:
@@ -36,13 +34,6 @@ def canonical_target(target: str) -> str:
     return target
 
 
-def _canonical_path(value: str) -> str:
-    rest = value.removeprefix(LEGACY_DATA_PREFIX)
-    if value.startswith(LEGACY_DATA_PREFIX) and rest.startswith(LEGACY_SHIPPED_FOLDERS):
-        return SHIPPED_PREFIX + rest
-    return value
-
-
 def canonical_config(node: Any) -> Any:
     """A copy of a plain config (dicts, lists, scalars) with older spellings made current."""
     if isinstance(node, dict):
@@ -50,8 +41,8 @@ def canonical_config(node: Any) -> Any:
         for key, value in node.items():
             if key == "_target_" and isinstance(value, str):
                 out[key] = canonical_target(value)
-            elif key == "path" and isinstance(value, str):
-                out[key] = _canonical_path(value)
+            elif key in PATH_KEYS and isinstance(value, str):
+                out[key] = legacy_shipped(value) or value
             else:
                 out[key] = canonical_config(value)
         return out

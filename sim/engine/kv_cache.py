@@ -100,13 +100,14 @@ class KVCache:
         missing = held - len(table)
         if missing:
             free_ids = self._free_ids
-            table += free_ids[-missing:]
+            table += reversed(free_ids[-missing:])  # the stack's top, lowest id first
             del free_ids[-missing:]
             self._unnamed -= missing
         return tuple(table)
 
     def ref_count(self, block_id: int) -> int:
-        """How many requests hold block ``block_id`` by name (0: nobody). O(num_blocks)."""
+        """How many requests hold block ``block_id`` by that id: 0 when nobody does (the id is
+        free, though a held block not yet named may take it). O(num_blocks): for checks."""
         require(
             0 <= block_id < self.num_blocks,
             "block_id",
@@ -119,13 +120,21 @@ class KVCache:
 
     def check(self) -> None:
         """Assert the accounting agrees with itself (for tests; O(blocks held))."""
-        named = {b for table in self._tables.values() for b in table}
-        assert len(named) + len(self._free_ids) == self.num_blocks, "ids lost or doubled"
-        assert not named.intersection(self._free_ids), "a held id is also free"
-        assert self.num_used_blocks == len(named) + self._unnamed, "held count disagrees"
+        holders: dict[int, int] = {}
+        for request, table in self._tables.items():
+            assert len(table) == len(set(table)), "a request holds an id twice"
+            assert len(table) <= request.kv_slots // self.block_size, "more ids than blocks"
+            for block_id in table:
+                holders[block_id] = holders.get(block_id, 0) + 1
+        free_ids = set(self._free_ids)
+        assert len(free_ids) == len(self._free_ids), "a free id listed twice"
+        assert not free_ids.intersection(holders), "a held id is also free"
+        assert len(holders) + len(free_ids) == self.num_blocks, "ids lost"
+        for block_id, count in holders.items():
+            assert count == 1 + self._shared.get(block_id, 0), f"block {block_id}: ref count"
+        assert set(self._shared) <= set(holders), "a shared id nobody holds"
+        assert self.num_used_blocks == len(holders) + self._unnamed, "held count disagrees"
         assert 0 <= self.num_used_blocks <= self.num_blocks, "pool over capacity"
-        holders = sum(len(table) for table in self._tables.values())
-        assert holders == len(named) + sum(self._shared.values()), "reference counts disagree"
 
     # -- allocation ----------------------------------------------------------------------------
 

@@ -18,22 +18,23 @@ decode of 3 sequences with 10 tokens computed each is P=0, D=3, Ap=0, Ad=3·11=3
 The same names are the columns of the per-step CSV that ``fleetcast profile`` writes and
 ``fleetcast calibrate --steps`` reads (``STEP_SHAPE_COLUMNS``), so a measured step and a
 simulated one are described alike. New terms (cached prompt tokens, KV bytes transferred) join
-as fields with a default of 0: models that do not price them are unaffected.
+as fields with a default of 0: models that do not price them are unaffected, and a per-step CSV
+written before them still reads (its missing columns are 0).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
 class StepShape:
     """How much work one engine step does (token counts; see the module docstring)."""
 
-    num_prefill_tokens: int = 0
-    num_decode_seqs: int = 0
-    prefill_attn: int = 0
-    decode_context: int = 0
+    num_prefill_tokens: int
+    num_decode_seqs: int
+    prefill_attn: int
+    decode_context: int
 
     @property
     def num_tokens(self) -> int:
@@ -43,3 +44,7 @@ class StepShape:
 
 STEP_SHAPE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepShape))
 """The per-step CSV's shape columns, in order (the fields of ``StepShape``)."""
+REQUIRED_SHAPE_COLUMNS: tuple[str, ...] = tuple(
+    f.name for f in fields(StepShape) if f.default is MISSING
+)
+"""The shape columns every per-step CSV has (the fields without a default)."""

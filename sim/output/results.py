@@ -22,8 +22,6 @@ completed requests that meet every SLO set in ``slo``. The ``cost`` block comes 
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -281,16 +279,3 @@ def summarize(
     if len(kv_capacity_tokens) > 1:
         out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)
     return out
-
-
-def to_json(summary: dict[str, Any]) -> str:
-    """JSON text with NaN written as null (NaN is not JSON)."""
-
-    def clean(x: object) -> object:
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        return x
-
-    return json.dumps(clean(summary), indent=2) + "\n"

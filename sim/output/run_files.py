@@ -7,17 +7,18 @@ finished run; a sweep job that failed on a bad configuration leaves ``error.txt`
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
-
-from sim.output.results import to_json
 
 CONFIG_FILE = "config.yaml"
 REQUESTS_FILE = "requests.parquet"
@@ -63,3 +64,16 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    """JSON text with NaN written as null (NaN is not JSON)."""
+
+    def clean(x: object) -> object:
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return x
+
+    return json.dumps(clean(summary), indent=2) + "\n"

@@ -15,7 +15,7 @@ from sim.engine.step_time.profile import Profile, shipped_profile_dir
 from sim.errors import ConfigError
 from sim.resources import data_dir
 from tests.calibration.synthetic import KNOWN, synthetic_steps
-from tests.support import REPO_ROOT, compose
+from tests.support import compose
 
 
 def test_fitting_recovers_the_coefficients_that_made_the_data(tmp_path):
@@ -93,7 +93,7 @@ def test_calibrate_command_fits_a_csv_and_refuses_a_bad_one(tmp_path):
             str(out),
             "hardware=h200",
         ],
-        cwd=REPO_ROOT,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
     )
@@ -104,7 +104,7 @@ def test_calibrate_command_fits_a_csv_and_refuses_a_bad_one(tmp_path):
     bad.write_text("num_prefill_tokens,step_time_s\n1,0.1\n")
     proc = subprocess.run(
         [sys.executable, "-m", "sim", "calibrate", "--steps", str(bad)],
-        cwd=REPO_ROOT,
+        cwd=tmp_path,
         capture_output=True,
         text=True,
     )
@@ -159,7 +159,10 @@ def test_calibrate_never_overwrites_a_shipped_profile(tmp_path):
     before = shipped.read_bytes()
     proc = _calibrate(*KERNELS, "--c0", "0.001", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"profile: {tmp_path / name}\n")
+    assert proc.stdout.startswith(
+        f"profile: {tmp_path / name}   (use it with step_time=calibrated "
+        f"step_time.profile={tmp_path / name})\n"
+    )
     written = Profile.load(tmp_path / name)
     assert written.coefficients == Profile.load(shipped).coefficients
     again = _calibrate(*KERNELS, "--c0", "0.002", cwd=tmp_path)

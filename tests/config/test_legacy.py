@@ -12,7 +12,6 @@ def test_targets_from_before_the_package_split_map_to_their_new_modules():
         "sim.engine.step_time.roofline.RooflineStepTime"
     )
     assert canonical_target("sim.router.LeastTokensRouter") == "sim.fleet.router.LeastTokensRouter"
-    assert canonical_target("sim.sweep.SweepMonitor") == "sim.sweeps.monitor.SweepMonitor"
     # current names, and names that merely start alike, are left alone
     for name in (
         "sim.engine.scheduler.vllm.VLLMScheduler",
@@ -61,3 +60,15 @@ def test_a_config_is_copied_with_targets_and_shipped_paths_made_current():
     }
     assert old["scheduler"]["_target_"] == "sim.scheduler.vllm.VLLMScheduler"  # not modified
     assert canonical_config(new) == new  # current spellings stay as they are
+
+
+def test_only_files_fleetcast_ships_become_shipped_names():
+    shipped = "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
+    old = {
+        "step_time": {"profile": f"data/profiles/{shipped}"},
+        "workload": {"path": "data/traces/mine.parquet"},
+    }
+    assert canonical_config(old) == {
+        "step_time": {"profile": f"shipped:profiles/{shipped}"},  # a shipped profile
+        "workload": {"path": "data/traces/mine.parquet"},  # the user's own file: left alone
+    }

@@ -151,3 +151,21 @@ def test_decode_steps_that_fit_stops_before_the_pool_runs_out():
     a.num_computed_tokens = b.num_computed_tokens = 4
     # steps 1-4 fit in held blocks (tokens 5..8); step 5 needs 2 new blocks, only 1 is free
     assert kv.decode_steps_that_fit([a, b], 20) == 4
+
+
+def test_blocks_are_named_on_demand_lowest_id_first_and_shared_until_the_last_holder():
+    kv = KVCache(num_blocks=6, block_size=4)
+    a, b = Request(0, 0.0, 8, 4), Request(1, 0.0, 8, 4)
+    kv.grow(a, 10)  # 3 blocks, counted, not named yet
+    assert (kv.num_used_blocks, kv.ref_count(0)) == (3, 0)
+    assert kv.blocks_of(a) == (0, 1, 2) and kv.ref_count(0) == 1
+    kv.attach(b, (0, 1))  # b starts with a's first two blocks
+    assert (kv.num_used_blocks, b.kv_slots, kv.ref_count(1), kv.ref_count(2)) == (3, 8, 2, 1)
+    kv.grow(b, 12)  # one block of its own, unnamed
+    assert kv.num_used_blocks == 4 and kv.blocks_of(b) == (0, 1, 3)
+    kv.check()
+    kv.free(a)  # block 2 goes back; 0 and 1 stay with b
+    assert (kv.num_used_blocks, kv.ref_count(0), kv.ref_count(2)) == (3, 1, 0)
+    kv.free(b)
+    assert kv.num_used_blocks == 0 and all(kv.ref_count(i) == 0 for i in range(6))
+    kv.check()

@@ -1,4 +1,4 @@
-"""The frontend (sim/frontend.py): the host queue that streams tokens and takes in requests.
+"""The frontend (sim/fleet/frontend.py): the host queue that streams tokens and takes in requests.
 
 Exact small scenarios with a constant 10 ms step: two requests (4-token prompts, 3 output
 tokens) arrive together, so every step makes two tokens, r0's first.

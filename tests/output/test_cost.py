@@ -1,4 +1,4 @@
-"""The cost model (sim/cost.py): arithmetic by hand, price precedence, validation, one run.
+"""The cost model (sim/output/cost.py): arithmetic by hand, price precedence, validation, one run.
 
 The hand case: 2 GPUs at $3/GPU-hour over a 3600 s span, 1,800 completed requests with 900,000
 prompt and 360,000 output tokens, 1,500 of them within the SLO.

@@ -166,9 +166,14 @@ def test_empty_window_is_an_error(tmp_path):
         build_workload(trace(path=path, start_s=2.0), 0)
 
 
-def test_missing_file_message():
-    with pytest.raises(ConfigError, match=r"^workload\.path='nope\.parquet': file not found$"):
+def test_missing_file_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
         build_workload(trace(path="nope.parquet"), 0)
+    assert str(err.value) == (
+        f"workload.path='nope.parquet': file not found (relative to "
+        f"{tmp_path}; a shipped file is named shipped:<path>)"
+    )
 
 
 # Small overrides so every shipped option builds fast; trace.yaml needs a path.

@@ -1,0 +1,30 @@
+"""Fixtures several test folders share."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout as a clean clone of the working tree holds it: the files git
+    tracks or would track (nothing ignored: no .venv, caches, build/ or egg-info)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    names = [n for n in listed.decode().split("\0") if n and (REPO_ROOT / n).is_file()]
+    assert "setup.py" in names, "git lists nothing: not a checkout?"
+    copy = tmp_path_factory.mktemp("source") / "fleetcast"
+    for name in names:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / name, copy / name)
+    return copy
