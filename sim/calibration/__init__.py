@@ -1,6 +1,9 @@
 """Step-time profiles from measurements, offline.
 
-- ``calibrate``: ``fleetcast calibrate``, fitting a profile from a per-step CSV or kernel tables;
+- ``calibrate``: ``fleetcast calibrate``, the command (where a profile may be written);
+- ``step_fit``: a profile fitted to a per-step CSV (NNLS on the linear contract);
+- ``kernels``: a profile built from per-kernel timing tables;
+- ``fitting``: what every fit shares (held-out rows, their error, the sources' checksums);
 - ``profiler``: ``fleetcast profile``, timing engine steps of a catalog model with PyTorch;
 - ``profiler_model``: the random-weight transformer the profiler times.
 

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from sim.calibration.calibrate import calibrate_kernels, calibrate_steps, fit_steps
+from sim.calibration.kernels import calibrate_kernels
+from sim.calibration.step_fit import calibrate_steps, fit_steps
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec
 from sim.engine.step_time.profile import Profile, shipped_profile_dir

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sim.calibration.calibrate import calibrate_steps
+from sim.calibration.step_fit import calibrate_steps
 from sim.catalog.deployment import build_deployment
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.calibrated import CalibratedStepTime
