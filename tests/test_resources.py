@@ -97,38 +97,37 @@ def test_a_folder_is_asked_for_as_a_folder(tmp_path):
         resolve_path(str(tmp_path / "file"), "calibrate.kernels", kind="folder")
 
 
-def test_a_checkout_that_was_never_installed_finds_its_folders_beside_the_package(tmp_path):
-    # Without the editable install's import hook, sim.configs cannot be imported: the folders
-    # beside sim/ are used (a source checkout on PYTHONPATH), still not the current directory.
-    code = (
+def _folders_seen(checkout, cwd, *, without_install=False):
+    """What config_dir() and data_dir() answer in a fresh interpreter importing ``sim`` from
+    ``checkout`` in ``cwd``; ``without_install`` removes the editable install's import hook."""
+    hide = (
         "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
         "if 'editable' not in str(getattr(f, '__module__', '')).lower()]; "
         "import importlib.util; assert importlib.util.find_spec('sim.configs') is None; "
-        "from sim.resources import config_dir, data_dir; print(config_dir()); print(data_dir())"
+        if without_install
+        else ""
     )
+    code = hide + "from sim.resources import config_dir, data_dir; print(config_dir(), data_dir())"
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(checkout)},
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(REPO_ROOT / "configs"), str(REPO_ROOT / "data")]
+    return proc.stdout.split()
+
+
+def test_a_checkout_that_was_never_installed_finds_its_folders_beside_the_package(tmp_path):
+    # sim.configs cannot be imported at all: the folders beside sim/ are used, not the cwd's
+    seen = _folders_seen(REPO_ROOT, tmp_path, without_install=True)
+    assert seen == [str(REPO_ROOT / "configs"), str(REPO_ROOT / "data")]
 
 
 def test_another_checkout_uses_its_own_configs_and_data(source_copy, tmp_path):
     # This environment has Fleetcast installed from REPO_ROOT (editable); code imported from
     # another checkout (a worktree, a branch) must not mix with REPO_ROOT's configs and data.
-    code = "from sim.resources import config_dir, data_dir; print(config_dir()); print(data_dir())"
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(source_copy)},
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(source_copy / "configs"), str(source_copy / "data")]
+    seen = _folders_seen(source_copy, tmp_path)
+    assert seen == [str(source_copy / "configs"), str(source_copy / "data")]
