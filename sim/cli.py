@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig
 
 from sim.config.compose import check_overrides
-from sim.errors import ConfigError, require
+from sim.errors import ConfigError
 from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
@@ -115,23 +115,18 @@ def _memory(overrides: list[str]) -> None:
     from sim.catalog.deployment import build_deployment
     from sim.catalog.memory import format_plan
     from sim.config.compose import compose_config
+    from sim.config.schema import DeploymentConfig
 
     cfg = compose_config(overrides)
     try:
-        dep = build_deployment(cfg)
+        checked = DeploymentConfig.from_config(
+            {k: cfg[k] for k in DeploymentConfig.model_fields if k in cfg}
+        )
+        dep = build_deployment(checked)
     except ConfigError as err:
         _fail(err)
-    asked = cfg["memory"].get("request_tokens")
+    asked = checked.memory.request_tokens
     if asked is not None:
-        try:
-            require(
-                isinstance(asked, int) and asked >= 1,
-                "memory.request_tokens",
-                asked,
-                "must be an integer >= 1",
-            )
-        except ConfigError as err:
-            _fail(err)
         lengths = [asked]
     else:
         lengths = [n for n in (512, 2048, 8192, 32768, 131072) if n <= dep.model.max_context_tokens]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sim.catalog.hardware import GPU
 from sim.catalog.memory import MemoryPlan, plan_memory
 from sim.catalog.model import ModelSpec
-from sim.config import params
+from sim.config.schema import DeploymentConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,21 +23,24 @@ class Deployment:
     memory: MemoryPlan
 
 
-def build_deployment(cfg: Mapping) -> Deployment:
-    """Model, GPU, precisions, TP and the memory plan of one replica."""
-    model = ModelSpec.from_config(cfg["model"])
-    gpu = GPU.from_config(cfg["hardware"])
-    tp = params.integer(cfg["fleet"], "tp", required=True, ge=1, prefix="fleet")
-    precision, memory, kv = cfg["precision"], cfg["memory"], cfg["kv"]
+def build_deployment(cfg: DeploymentConfig | Mapping[str, Any]) -> Deployment:
+    """Model, GPU, precisions, TP and the memory plan of one replica, from a checked config
+    (a ``RunConfig`` is one) or from plain data holding at least its groups."""
+    if not isinstance(cfg, DeploymentConfig):
+        cfg = DeploymentConfig.from_config(
+            {k: cfg[k] for k in DeploymentConfig.model_fields if k in cfg}
+        )
+    model = ModelSpec.from_config(cfg.model)
+    gpu = GPU.from_config(cfg.hardware)
     plan = plan_memory(
         model,
         gpu,
-        weights_precision=precision["weights"],
-        kv_precision=precision["kv"],
-        tp=tp,
-        gpu_memory_utilization=memory["gpu_memory_utilization"],
-        activation_reserve_gib=memory["activation_reserve_gib"],
-        block_size=kv["block_size"],
-        num_blocks=kv.get("num_blocks"),
+        weights_precision=cfg.precision.weights,
+        kv_precision=cfg.precision.kv,
+        tp=cfg.fleet.tp,
+        gpu_memory_utilization=cfg.memory.gpu_memory_utilization,
+        activation_reserve_gib=cfg.memory.activation_reserve_gib,
+        block_size=cfg.kv.block_size,
+        num_blocks=cfg.kv.num_blocks,
     )
-    return Deployment(model, gpu, precision["weights"], precision["kv"], tp, plan)
+    return Deployment(model, gpu, cfg.precision.weights, cfg.precision.kv, cfg.fleet.tp, plan)

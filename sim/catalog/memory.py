@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec, bytes_per_element
-from sim.config.params import check_integer, check_number
 from sim.errors import ConfigError, require
 
 _GIB = 2**30  # the reserve is configured in GiB, as vLLM and nvidia-smi report it
@@ -61,8 +60,6 @@ class MemoryPlan:
 
 def _check_tp(model: ModelSpec, tp: int) -> None:
     """Tensor parallelism splits attention heads, so tp must divide them (as vLLM requires)."""
-    ok = isinstance(tp, int) and not isinstance(tp, bool)
-    require(ok and tp >= 1, "fleet.tp", tp, "must be an integer >= 1")
     require(
         model.num_attention_heads % tp == 0,
         "fleet.tp",
@@ -93,30 +90,15 @@ def plan_memory(
 ) -> MemoryPlan:
     """Split one GPU's memory into weights, reserve and KV blocks; ConfigError if it cannot.
 
-    Raises ConfigError (one line, naming the field) for an unknown precision, a bad tp,
-    utilization, reserve, block size or num_blocks override, and (field ``hardware``) when the
-    weights do not fit or, without an override, leave no room for a single KV block. Whether the
+    The values' types and ranges were checked with the config (``sim.config.schema``); here:
+    a tp that does not divide the model's heads, and (field ``hardware``) weights that do not
+    fit or, without a ``num_blocks`` override, leave no room for a single KV block. Whether the
     GPU can *compute* at ``weights_precision`` is the step-time model's question
     (``GPU.flops_per_s``): storage alone is planned here.
     """
     weight_bpe = bytes_per_element(weights_precision, "precision.weights")
     kv_bpe = bytes_per_element(kv_precision, "precision.kv")
-    require(
-        kv_precision != "fp4",
-        "precision.kv",
-        kv_precision,
-        "fp4 KV cache is not supported; choose one of bf16, fp16, fp8",
-    )
     _check_tp(model, tp)
-    gpu_memory_utilization = check_number(
-        gpu_memory_utilization, "memory.gpu_memory_utilization", gt=0, le=1
-    )
-    activation_reserve_gib = check_number(
-        activation_reserve_gib, "memory.activation_reserve_gib", ge=0
-    )
-    block_size = check_integer(block_size, "kv.block_size", ge=1)
-    if num_blocks is not None:
-        num_blocks = check_integer(num_blocks, "kv.num_blocks", ge=1)
 
     usable = gpu.memory_bytes * gpu_memory_utilization
     weights_per_gpu = model.weight_bytes(weight_bpe) / tp

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.config.params import check_integer, check_number
+from sim.config.schema import ModelConfig
 from sim.errors import ConfigError, require
 
 # Bytes per stored element at each precision. fp4 packs two values per byte; per-group scale
@@ -39,22 +39,6 @@ def bytes_per_element(precision: str, field: str) -> float:
         choices = "bf16, fp16, fp8" if field == "precision.kv" else "bf16, fp16, fp8, fp4"
         raise ConfigError(field, precision, f"unknown precision; choose one of {choices}")
     return PRECISION_BYTES[precision]
-
-
-_INT_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_kv_heads",
-    "head_dim",
-    "ffn_size",
-    "vocab_size",
-    "num_experts",
-    "experts_per_token",
-    "max_context_tokens",
-)
-_FLOAT_FIELDS = ("num_params", "num_active_params")
-_KNOWN_FIELDS = frozenset(("name", "sources", *_INT_FIELDS, *_FLOAT_FIELDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,72 +136,39 @@ class ModelSpec:
     # ---- loading ------------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, cfg: Mapping) -> ModelSpec:
-        """Build a ModelSpec from a ``model`` config node, validating every field.
-
-        Errors name the field as ``model.<field>``: missing or unknown fields, non-positive
-        sizes, GQA head counts that do not divide, more active than total parameters, and
-        (for MoE) expert parameters that exceed the total.
+    def from_config(cls, cfg: Mapping[str, Any] | ModelConfig) -> ModelSpec:
+        """Build a ModelSpec from a ``model`` config node (checked against ``ModelConfig`` when
+        it is plain data), then check what needs two fields at once: GQA head counts that do
+        not divide, more active than total parameters, and (for MoE) expert parameters that
+        exceed the total. Errors name the field as ``model.<field>``.
         """
-        require(isinstance(cfg, Mapping), "model", cfg, "must be a mapping of model fields")
-        for key in cfg:
-            # Keys starting with "_" (e.g. Hydra's _target_) belong to the config system.
-            if not str(key).startswith("_"):
-                require(key in _KNOWN_FIELDS, f"model.{key}", cfg[key], "unknown field")
-        for key in ("name", *_INT_FIELDS, *_FLOAT_FIELDS):
-            require(key in cfg, f"model.{key}", None, "missing field")
-
-        name = cfg["name"]
+        c = cfg if isinstance(cfg, ModelConfig) else ModelConfig.from_config(cfg)
         require(
-            isinstance(name, str) and name.strip() != "",
-            "model.name",
-            name,
-            "must be a non-empty string",
-        )
-        ints: dict[str, int] = {}
-        for key in _INT_FIELDS:
-            ints[key] = check_integer(cfg[key], f"model.{key}", ge=1)
-        # Any: ``cls(**ints, **floats)`` below, where mypy cannot tell which fields each fills
-        floats: dict[str, Any] = {
-            key: check_number(cfg[key], f"model.{key}", gt=0) for key in _FLOAT_FIELDS
-        }
-
-        require(
-            ints["num_attention_heads"] % ints["num_kv_heads"] == 0,
+            c.num_attention_heads % c.num_kv_heads == 0,
             "model.num_kv_heads",
-            ints["num_kv_heads"],
-            f"must divide num_attention_heads={ints['num_attention_heads']}",
+            c.num_kv_heads,
+            f"must divide num_attention_heads={c.num_attention_heads}",
         )
         require(
-            ints["experts_per_token"] <= ints["num_experts"],
+            c.experts_per_token <= c.num_experts,
             "model.experts_per_token",
-            ints["experts_per_token"],
-            f"must be <= num_experts={ints['num_experts']}",
+            c.experts_per_token,
+            f"must be <= num_experts={c.num_experts}",
         )
         require(
-            floats["num_active_params"] <= floats["num_params"],
+            c.num_active_params <= c.num_params,
             "model.num_active_params",
-            floats["num_active_params"],
-            f"must be <= num_params={floats['num_params']:.4g}",
+            c.num_active_params,
+            f"must be <= num_params={c.num_params:.4g}",
         )
-        if ints["num_experts"] == 1:
+        if c.num_experts == 1:
             require(
-                floats["num_active_params"] == floats["num_params"],
+                c.num_active_params == c.num_params,
                 "model.num_active_params",
-                floats["num_active_params"],
-                f"a dense model (num_experts=1) uses all num_params={floats['num_params']:.4g}",
+                c.num_active_params,
+                f"a dense model (num_experts=1) uses all num_params={c.num_params:.4g}",
             )
-
-        sources = cfg.get("sources") or {}
-        require(
-            isinstance(sources, Mapping),
-            "model.sources",
-            sources,
-            "must map field names to source text",
-        )
-        spec = cls(
-            name=name, **ints, **floats, sources={str(k): str(v) for k, v in sources.items()}
-        )
+        spec = cls(**c.model_dump())
         if spec.is_moe:
             require(
                 spec.non_expert_params() > 0,

@@ -16,19 +16,24 @@ Left out: running the two models' kernels concurrently (MPS/MIG), and sharing KV
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from sim import rng
 from sim.catalog.deployment import Deployment, build_deployment
 from sim.catalog.memory import plan_memory
-from sim.config import params
 from sim.config.compose import load_option
+from sim.config.schema import (
+    DedicatedPlacement,
+    DeploymentConfig,
+    ModelConfig,
+    PlacementConfig,
+    SinglePlacement,
+)
 from sim.errors import ConfigError, require
 
-MODES = ("single", "colocated", "dedicated")
 GIB = 2**30
 
 
@@ -49,25 +54,26 @@ class Placement:
         return (draws < self.traffic_shares[1]).astype(np.int64)
 
 
-def build_placement(cfg: Mapping, num_replicas: int) -> Placement:
-    """The placement the ``placement`` config asks for, over ``num_replicas`` replicas."""
-    node = cfg.get("placement") or {"mode": "single"}
-    mode = params.choice(node, "mode", list(MODES), prefix="placement")
+def build_placement(
+    cfg: DeploymentConfig, placement: PlacementConfig, num_replicas: int
+) -> Placement:
+    """The placement ``placement`` asks for, over ``num_replicas`` replicas of ``cfg``'s
+    deployment (the first model; the second model shares everything but the model)."""
     first = build_deployment(cfg)
-    if mode == "single":
-        return Placement(mode, (first,), ((0,),) * num_replicas, (1.0,))
-    second_model = load_option("model", node.get("second_model"), "placement.second_model")
-    share = params.number(node, "traffic_share", required=True, ge=0, le=1, prefix="placement")
-    second_cfg = {**cfg, "model": second_model}
+    if isinstance(placement, SinglePlacement):
+        return Placement("single", (first,), ((0,),) * num_replicas, (1.0,))
+    second_model = load_option("model", placement.second_model, "placement.second_model")
+    second_cfg = cfg.model_copy(update={"model": ModelConfig.from_config(second_model)})
+    share = placement.traffic_share
     shares = (1.0 - share, share)
-    if mode == "dedicated":
-        second_replicas = params.integer(node, "second_model_replicas", ge=1, prefix="placement")
+    if isinstance(placement, DedicatedPlacement):
         require(
             num_replicas >= 2,
             "fleet.replicas",
             num_replicas,
             "placement=dedicated needs at least one replica per model",
         )
+        second_replicas = placement.second_model_replicas
         if second_replicas is None:  # in proportion to the traffic, at least one each
             second_replicas = min(max(1, round(num_replicas * share)), num_replicas - 1)
         require(
@@ -78,36 +84,31 @@ def build_placement(cfg: Mapping, num_replicas: int) -> Placement:
         )
         first_replicas = num_replicas - second_replicas
         models = ((0,),) * first_replicas + ((1,),) * second_replicas
-        return Placement(mode, (first, build_deployment(second_cfg)), models, shares)
-    kv_share = params.number(node, "kv_share", required=True, gt=0, le=1, prefix="placement")
-    require(
-        kv_share < 1,
-        "placement.kv_share",
-        kv_share,
-        "must leave KV memory for the first model (< 1)",
-    )
+        return Placement("dedicated", (first, build_deployment(second_cfg)), models, shares)
+    kv_share = placement.kv_share
     second = build_deployment(second_cfg)
     both = (
         _share_gpu(first, second, 1.0 - kv_share, cfg),
         _share_gpu(second, first, kv_share, cfg),
     )
-    return Placement(mode, both, ((0, 1),) * num_replicas, shares)
+    return Placement("colocated", both, ((0, 1),) * num_replicas, shares)
 
 
-def _share_gpu(own: Deployment, other: Deployment, kv_share: float, cfg: Mapping) -> Deployment:
+def _share_gpu(
+    own: Deployment, other: Deployment, kv_share: float, cfg: DeploymentConfig
+) -> Deployment:
     """``own``'s memory plan when ``other``'s weights are also resident and ``own`` gets
     ``kv_share`` of the KV memory left."""
-    memory, kv = cfg["memory"], cfg["kv"]
-    plan_args = dict(
+    plan_args: dict[str, Any] = dict(
         weights_precision=own.weights_precision,
         kv_precision=own.kv_precision,
         tp=own.tp,
-        gpu_memory_utilization=memory["gpu_memory_utilization"],
-        block_size=kv["block_size"],
+        gpu_memory_utilization=cfg.memory.gpu_memory_utilization,
+        block_size=cfg.kv.block_size,
     )
     # The other model's weights, and its engine's own runtime reserve (activations, CUDA
     # graphs), are memory this model cannot use.
-    reserve_gib = 2 * memory["activation_reserve_gib"] + other.memory.weight_bytes_per_gpu / GIB
+    reserve_gib = 2 * cfg.memory.activation_reserve_gib + other.memory.weight_bytes_per_gpu / GIB
     try:
         plan = plan_memory(own.model, own.gpu, activation_reserve_gib=reserve_gib, **plan_args)
     except ConfigError as err:

@@ -1,8 +1,11 @@
 """Composing and checking configs: everything between the YAML files and the objects of a run.
 
 - ``compose``: the resolved config outside a Hydra run, group options, overrides checked first;
-- ``build``: a ``_target_`` node to its object, options checked against the class;
-- ``params``: reading one value, its type and range checked, errors naming the field;
+- ``schema``: every key of every group, its type and bounds (``RunConfig``), checked before a
+  run is built;
+- ``validation``: the layer the schema is built from (pydantic, strict), and its errors said in
+  one line naming the field and the value;
+- ``build``: a ``_target_`` node to its object, options checked against the class's signature;
 - ``legacy``: older spellings in run folders (``_target_`` names, shipped paths) made current.
 
 May import: the basics (``sim.errors``, ``sim.rng``, ``sim.resources``, ``sim.arrow_numpy``) and

@@ -2,22 +2,30 @@
 
 Policies (scheduler, router, step-time model) name their class in ``_target_``, so adding one is
 one Python file plus one YAML file. ``build`` checks the node's options against the class's
-signature before calling it, so a typo is a one-line ``ConfigError`` rather than a
-``TypeError``. A ``_target_`` written by an older Fleetcast (``sim.config.legacy``) still builds.
+signature before calling it: an option the class does not take, or a value of another type than
+its annotation (through the same schema layer as every config group, ``sim.config.validation``),
+is a one-line ``ConfigError`` rather than a ``TypeError``; ranges are the class's own checks. A
+``_target_`` written by an older Fleetcast (``sim.config.legacy``) still builds.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
+from pydantic import BaseModel, create_model
+
 from sim.config.legacy import canonical_target
+from sim.config.validation import Int, StrictModel, validate
 from sim.errors import ConfigError, require
 
 
-def build(node: Mapping, group: str, **context: Any) -> Any:
+def build(node: Mapping[str, Any], group: str, **context: Any) -> Any:
     """Instantiate ``node['_target_']`` with the node's other keys plus ``context``.
 
     ``context`` holds what the run provides (the KV cache, the deployment, an RNG stream);
@@ -49,6 +57,35 @@ def build(node: Mapping, group: str, **context: Any) -> Any:
                 node[key],
                 f"unknown option for {class_name}; known: {', '.join(known)}",
             )
+    checked: BaseModel = validate(_options_schema(cls, tuple(known)), node, group)
     takes_any = any(p.kind == p.VAR_KEYWORD for p in params.values())
     given = {k: v for k, v in context.items() if takes_any or k in params}
-    return cls(**given, **node)
+    # only the options the node gave: the class's own defaults stay the defaults
+    return cls(**given, **checked.model_dump(exclude_unset=True))
+
+
+@cache
+def _options_schema(cls: type[Any], options: tuple[str, ...]) -> type[BaseModel]:
+    """A schema of ``cls``'s options from its constructor's annotations and defaults."""
+    hints = typing.get_type_hints(cls.__init__)
+    params = inspect.signature(cls).parameters
+    fields: dict[str, Any] = {}
+    for name in options:
+        default = params[name].default
+        annotation = _with_whole_ints(hints.get(name, Any))
+        fields[name] = (annotation, ... if default is inspect.Parameter.empty else default)
+    return create_model(f"{cls.__name__}Options", __base__=StrictModel, **fields)
+
+
+def _with_whole_ints(annotation: Any) -> Any:
+    """``int`` as the schema's ``Int`` (which reads ``2.0`` as 2), inside unions too."""
+    if annotation is int:
+        return Int
+    args = typing.get_args(annotation)
+    if args and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        converted = tuple(_with_whole_ints(a) for a in args)
+        union = converted[0]
+        for arg in converted[1:]:
+            union = union | arg
+        return union
+    return annotation

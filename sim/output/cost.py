@@ -36,13 +36,8 @@ counted), spot preemptions, and scaling the fleet down when traffic is low.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
-
 from sim.catalog.hardware import GPU
-from sim.config.params import number
-from sim.errors import require
+from sim.config.schema import CostConfig, EnergyConfig
 
 TIERS = ("on_demand", "reserved", "spot")
 
@@ -50,121 +45,6 @@ _SECONDS_PER_HOUR = 3600.0
 _HOURS_PER_DAY = 24.0
 _SECONDS_PER_DAY = 86400.0
 _W_PER_KW = 1000.0
-
-
-@dataclass(frozen=True)
-class GpuPrices:
-    """One GPU's list prices in $/GPU-hour by tier (None: not listed), with where they came from."""
-
-    on_demand: float | None = None
-    reserved: float | None = None
-    spot: float | None = None
-    source: str | None = None
-    date: str | None = None
-
-
-@dataclass(frozen=True)
-class EnergyConfig:
-    """Electricity: $/kWh, the idle draw as a fraction of TDP, and the datacenter PUE."""
-
-    usd_per_kwh: float
-    idle_power_fraction: float
-    pue: float
-
-
-@dataclass(frozen=True)
-class CostConfig:
-    """The ``cost`` config node, validated. ``energy`` is None when energy costing is off."""
-
-    tier: str | None = None
-    usd_per_gpu_hour: float | None = None
-    requests_per_day: float | None = None
-    energy: EnergyConfig | None = None
-    prices: Mapping[str, GpuPrices] = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, cfg: Mapping | None) -> CostConfig:
-        """Build from a ``cost`` node; ``None`` or ``{}`` (an older config) gives the defaults:
-        the hardware catalog's price, no traffic level, no energy."""
-        cfg = cfg or {}
-        require(isinstance(cfg, Mapping), "cost", cfg, "must be a mapping")
-        _known(cfg, ("tier", "usd_per_gpu_hour", "requests_per_day", "energy", "prices"), "cost")
-        tier = cfg.get("tier")
-        require(
-            tier is None or tier in TIERS,
-            "cost.tier",
-            tier,
-            f"unknown; choose one of {', '.join(TIERS)} (or null: the hardware's price)",
-        )
-        prices_cfg = cfg.get("prices") or {}
-        require(
-            isinstance(prices_cfg, Mapping),
-            "cost.prices",
-            prices_cfg,
-            "must map GPU names to {on_demand, reserved, spot, source, date}",
-        )
-        return cls(
-            tier=tier,
-            usd_per_gpu_hour=number(cfg, "usd_per_gpu_hour", ge=0, prefix="cost"),
-            requests_per_day=number(cfg, "requests_per_day", gt=0, prefix="cost"),
-            energy=_energy(cfg.get("energy")),
-            prices={
-                str(name): _gpu_prices(entry, f"cost.prices.{name}")
-                for name, entry in prices_cfg.items()
-            },
-        )
-
-
-def _known(cfg: Mapping, keys: tuple[str, ...], prefix: str) -> None:
-    for key in cfg:
-        if not str(key).startswith("_"):  # "_..." keys belong to the config system
-            require(
-                key in keys, f"{prefix}.{key}", cfg[key], f"unknown field; known: {', '.join(keys)}"
-            )
-
-
-def _gpu_prices(entry: Any, prefix: str) -> GpuPrices:
-    require(
-        isinstance(entry, Mapping),
-        prefix,
-        entry,
-        "must map on_demand/reserved/spot to $/GPU-hour, with source and date",
-    )
-    _known(entry, (*TIERS, "source", "date"), prefix)
-
-    def text(key: str) -> str | None:
-        return None if entry.get(key) is None else str(entry[key])
-
-    def price(tier: str) -> float | None:
-        return number(entry, tier, ge=0, prefix=prefix)
-
-    return GpuPrices(
-        on_demand=price("on_demand"),
-        reserved=price("reserved"),
-        spot=price("spot"),
-        source=text("source"),
-        date=text("date"),
-    )
-
-
-def _energy(cfg: Mapping | None) -> EnergyConfig | None:
-    """Validated even when disabled, so a typo is caught before anyone turns it on."""
-    if cfg is None:
-        return None
-    require(isinstance(cfg, Mapping), "cost.energy", cfg, "must be a mapping")
-    keys = ("enabled", "usd_per_kwh", "idle_power_fraction", "pue")
-    _known(cfg, keys, "cost.energy")
-    enabled = cfg.get("enabled", False)
-    require(isinstance(enabled, bool), "cost.energy.enabled", enabled, "must be true or false")
-    # No code defaults for the numbers: their values and reasons live in configs/cost/default.yaml.
-    energy = EnergyConfig(
-        usd_per_kwh=number(cfg, "usd_per_kwh", required=True, ge=0, prefix="cost.energy"),
-        idle_power_fraction=number(
-            cfg, "idle_power_fraction", required=True, ge=0, le=1, prefix="cost.energy"
-        ),
-        pue=number(cfg, "pue", required=True, ge=1, prefix="cost.energy"),
-    )
-    return energy if enabled else None
 
 
 def gpu_price(cost: CostConfig, gpu: GPU) -> tuple[float, str | None, str]:
@@ -232,9 +112,9 @@ def fleet_cost(
     out_per_s, in_per_s = per_s(output_tokens), per_s(input_tokens)
     good_per_s, requests_per_s = per_s(good_requests), per_s(completed_requests)
     energy = (
-        None
-        if cost.energy is None
-        else energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction)
+        energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction)
+        if cost.energy is not None and cost.energy.enabled
+        else None
     )
     gpu_hours_per_day = None
     if cost.requests_per_day is not None and requests_per_s:

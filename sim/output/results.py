@@ -22,7 +22,6 @@ completed requests that meet every SLO set in ``slo``. The ``cost`` block comes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,9 @@ import pyarrow as pa
 
 from sim.arrow_numpy import column_to_numpy, numpy_to_arrow, strings_to_arrow
 from sim.catalog.hardware import GPU
+from sim.config.schema import CostConfig, SloConfig
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
-from sim.output.cost import CostConfig, fleet_cost
+from sim.output.cost import fleet_cost
 from sim.output.metrics import StepRecorder
 
 REQUESTS_SCHEMA = pa.schema(
@@ -68,15 +68,6 @@ STEPS_SCHEMA = pa.schema(
 )
 
 PERCENTILES = (50, 90, 95, 99)
-
-
-@dataclass(frozen=True)
-class Slo:
-    """Service-level objectives a request must meet to count towards goodput (None: no bound)."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
 
 
 def _floats(values: np.ndarray) -> pa.Array:
@@ -176,7 +167,7 @@ def summarize(
     requests: pa.Table,
     steps: pa.Table,
     *,
-    slo: Slo,
+    slo: SloConfig,
     num_gpus: int,
     num_replicas: int,
     kv_capacity_tokens: list[int],

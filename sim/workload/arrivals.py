@@ -18,13 +18,11 @@ samples with theory. Left out: self-exciting/MMPP burst models, session-level ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config import params
-from sim.errors import ConfigError
+from sim.config.schema import DailyWorkload, GammaWorkload, RenewalWorkload
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_PER_DAY = 24
@@ -168,43 +166,24 @@ class DailyArrivals:
         return times if num_requests is None else times[:num_requests]
 
 
-RENEWAL_KINDS = ("poisson", "gamma", "constant")
+def renewal_process(
+    spec: RenewalWorkload | GammaWorkload,
+) -> PoissonArrivals | GammaArrivals | ConstantArrivals:
+    """The renewal process of a ``poisson`` / ``gamma`` / ``constant`` workload."""
+    if isinstance(spec, GammaWorkload):
+        return GammaArrivals(spec.qps, spec.cv)
+    if spec.kind == "poisson":
+        return PoissonArrivals(spec.qps)
+    return ConstantArrivals(spec.qps)
 
 
-def build_renewal(cfg: Mapping) -> PoissonArrivals | GammaArrivals | ConstantArrivals:
-    """The renewal process of a ``poisson`` / ``gamma`` / ``constant`` workload config."""
-    kind = cfg.get("kind")
-    qps = params.number(cfg, "qps", required=True, gt=0, prefix="workload")
-    if kind == "poisson":
-        return PoissonArrivals(qps)
-    if kind == "gamma":
-        return GammaArrivals(qps, params.number(cfg, "cv", required=True, gt=0, prefix="workload"))
-    if kind == "constant":
-        return ConstantArrivals(qps)
-    raise ConfigError("workload.kind", kind, f"not a renewal process ({', '.join(RENEWAL_KINDS)})")
-
-
-def build_daily(cfg: Mapping) -> DailyArrivals:
-    """The ``daily`` process of a workload config (profile defaults to the diurnal shape)."""
-    profile = cfg.get("profile")
-    profile = DEFAULT_DAILY_PROFILE if profile is None else profile
-    ok = (
-        isinstance(profile, (list, tuple))
-        and len(profile) == HOURS_PER_DAY
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in profile)
-        and all(np.isfinite(v) and v >= 0 for v in profile)
-        and max(profile) > 0
-    )
-    if not ok:
-        raise ConfigError(
-            "workload.profile", profile, "must be 24 finite hourly multipliers >= 0, not all 0"
-        )
+def daily_process(spec: DailyWorkload) -> DailyArrivals:
+    """The ``daily`` process of a workload (its profile defaults to the diurnal shape)."""
+    profile = DEFAULT_DAILY_PROFILE if spec.profile is None else tuple(spec.profile)
     return DailyArrivals(
-        qps=params.number(cfg, "qps", required=True, gt=0, prefix="workload"),
-        duration_s=params.number(cfg, "duration_s", required=True, gt=0, prefix="workload"),
-        profile=tuple(float(v) for v in profile),
-        time_compression=params.number(
-            cfg, "time_compression", default=1.0, gt=0, prefix="workload"
-        ),
-        start_hour=params.number(cfg, "start_hour", default=0.0, ge=0, prefix="workload"),
+        qps=spec.qps,
+        duration_s=spec.duration_s,
+        profile=profile,
+        time_compression=spec.time_compression,
+        start_hour=spec.start_hour,
     )

@@ -30,7 +30,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sim.config import params
+from sim.config.schema import (
+    EmpiricalLengthSpec,
+    FixedLengthSpec,
+    LengthSpec,
+    LogNormalLengthSpec,
+    SyntheticWorkload,
+    UniformLengthSpec,
+)
+from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.workload.traces import read_columns
@@ -114,78 +122,48 @@ PATTERNS: dict[str, tuple[dict, dict]] = {
     "short_in_long_out": (_SHORT_IN, _LONG_OUT),  # generation, reasoning traces
     "short_in_short_out": (_SHORT_IN, _SHORT_OUT),  # chat turns, classification
 }
-DISTS = ["fixed", "uniform", "lognormal", "empirical"]
 
 
-def build_length(spec: object, name: str) -> LengthDist:
-    """A distribution from a config value; ``name`` is the dotted field for errors.
+def build_length(spec: LengthSpec | Mapping[str, Any], name: str) -> LengthDist:
+    """A distribution from a checked length field (a plain mapping is checked first); ``name``
+    is the dotted field for errors.
 
     ``name`` ends in ``prompt_tokens`` or ``output_tokens``, which is also the default trace
     column for ``empirical``.
     """
-    if isinstance(spec, Mapping):
-        return _from_mapping(spec, name)
-    if spec is None:
-        raise ConfigError(name, spec, "required: an int or a mapping with dist:")
-    return FixedLength(_whole(spec, name))
-
-
-def _whole(value: Any, name: str) -> int:
-    """A fixed length given as a bare number: a whole number >= 1."""
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and float(value).is_integer()
-        and value >= 1
-    )
-    if not ok:
-        raise ConfigError(name, value, "must be an integer >= 1 or a mapping with dist:")
-    return int(value)
-
-
-def _from_mapping(spec: Mapping[str, Any], name: str) -> LengthDist:
-    high: int | None  # None: no upper bound (lognormal)
-    kind = params.choice(spec, "dist", DISTS, prefix=name)
-    if kind == "fixed":
-        return FixedLength(params.integer(spec, "value", required=True, ge=1, prefix=name))
-    if kind == "uniform":
-        low = params.integer(spec, "low", required=True, ge=1, prefix=name)
-        high = params.integer(spec, "high", required=True, ge=1, prefix=name)
-        if high < low:
-            raise ConfigError(f"{name}.high", high, f"must be >= low ({low})")
-        return UniformLength(low, high)
-    if kind == "lognormal":
-        median = params.number(spec, "median", required=True, gt=0, prefix=name)
-        sigma = params.number(spec, "sigma", required=True, ge=0, prefix=name)
-        low = params.integer(spec, "min", default=1, ge=1, prefix=name)
-        high = params.integer(spec, "max", ge=1, prefix=name)
-        if high is not None and high < low:
-            raise ConfigError(f"{name}.max", high, f"must be >= min ({low})")
-        return LogNormalLength(median, sigma, low, high)
-    # empirical
-    column = spec.get("column") or name.rsplit(".", 1)[-1]
-    path = resolve_path(spec.get("path"), f"{name}.path")
-    values = read_columns(path, (column,), f"{name}.path", str(spec.get("path")))[column]
+    if not isinstance(spec, StrictModel):
+        spec = validate(LengthSpec, spec, name)
+    if isinstance(spec, int):
+        return FixedLength(spec)
+    if isinstance(spec, FixedLengthSpec):
+        return FixedLength(spec.value)
+    if isinstance(spec, UniformLengthSpec):
+        return UniformLength(spec.low, spec.high)
+    if isinstance(spec, LogNormalLengthSpec):
+        return LogNormalLength(spec.median, spec.sigma, spec.min, spec.max)
+    assert isinstance(spec, EmpiricalLengthSpec), f"{name}: no length distribution for {spec}"
+    column = spec.column or name.rsplit(".", 1)[-1]
+    path = resolve_path(spec.path, f"{name}.path")
+    values = read_columns(path, (column,), f"{name}.path", spec.path)[column]
     if values.size == 0 or not np.issubdtype(values.dtype, np.number):
-        raise ConfigError(f"{name}.path", str(spec.get("path")), f"column {column} is empty")
+        raise ConfigError(f"{name}.path", spec.path, f"column {column} is empty")
     if not np.all(np.isfinite(values)) or np.any(values < 1):
-        raise ConfigError(f"{name}.path", str(spec.get("path")), f"column {column} must be >= 1")
+        raise ConfigError(f"{name}.path", spec.path, f"column {column} must be >= 1")
     return EmpiricalLength(values.astype(np.int64))
 
 
 def build_lengths(
-    cfg: Mapping[str, Any], prefix: str = "workload"
+    spec: SyntheticWorkload | Mapping[str, Any], prefix: str = "workload"
 ) -> tuple[LengthDist, LengthDist]:
-    """(prompt, output) distributions of a workload config; ``pattern`` wins when set."""
-    prompt_spec: object
-    output_spec: object
-    pattern = cfg.get("pattern")
-    if pattern is not None:
-        params.choice(cfg, "pattern", list(PATTERNS), prefix=prefix)
-        prompt_spec, output_spec = PATTERNS[pattern]
-    else:
-        prompt_spec, output_spec = cfg.get("prompt_tokens"), cfg.get("output_tokens")
+    """(prompt, output) distributions of a generated workload (its ``prompt_tokens``,
+    ``output_tokens`` and ``pattern``, checked first when plain data); ``pattern`` wins when
+    set."""
+    if not isinstance(spec, SyntheticWorkload):
+        spec = SyntheticWorkload.from_config(spec, prefix)
+    if spec.pattern is not None:
+        prompt, output = PATTERNS[spec.pattern]
+        return build_length(prompt, f"{prefix}.pattern"), build_length(output, f"{prefix}.pattern")
     return (
-        build_length(prompt_spec, f"{prefix}.prompt_tokens"),
-        build_length(output_spec, f"{prefix}.output_tokens"),
+        build_length(spec.prompt_tokens, f"{prefix}.prompt_tokens"),
+        build_length(spec.output_tokens, f"{prefix}.output_tokens"),
     )

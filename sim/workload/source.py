@@ -17,12 +17,21 @@ the system to the open-loop arrivals (retries, client back-off).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from sim.config import params
+from sim.config.schema import (
+    ClosedLoopWorkload,
+    DailyWorkload,
+    GammaWorkload,
+    RenewalWorkload,
+    SyntheticWorkload,
+    TraceWorkload,
+    WorkloadConfig,
+)
+from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.rng import stream
 from sim.workload import arrivals, lengths, traces
@@ -64,26 +73,24 @@ class Workload:
         return int(self.prompt_tokens.size)
 
 
-def _sample_lengths(cfg: Mapping, seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    prompt, output = lengths.build_lengths(cfg)
+def _sample_lengths(spec: SyntheticWorkload, seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    prompt, output = lengths.build_lengths(spec)
     return (
         prompt.sample(stream(seed, "workload.prompt_tokens"), n),
         output.sample(stream(seed, "workload.output_tokens"), n),
     )
 
 
-def _renewal(cfg: Mapping, seed: int) -> Workload:
-    process = arrivals.build_renewal(cfg)
-    n = params.integer(cfg, "num_requests", required=True, ge=1, prefix="workload")
-    prompt, output = _sample_lengths(cfg, seed, n)
-    times = process.times_s(stream(seed, "workload.arrivals"), n)
+def _renewal(spec: RenewalWorkload | GammaWorkload, seed: int) -> Workload:
+    process = arrivals.renewal_process(spec)
+    prompt, output = _sample_lengths(spec, seed, spec.num_requests)
+    times = process.times_s(stream(seed, "workload.arrivals"), spec.num_requests)
     return Workload(prompt, output, times)
 
 
-def _daily(cfg: Mapping, seed: int) -> Workload:
-    process = arrivals.build_daily(cfg)
-    cap = params.integer(cfg, "num_requests", ge=1, prefix="workload")
-    times = process.times_s(stream(seed, "workload.arrivals"), cap)
+def _daily(spec: DailyWorkload, seed: int) -> Workload:
+    process = arrivals.daily_process(spec)
+    times = process.times_s(stream(seed, "workload.arrivals"), spec.num_requests)
     if times.size == 0:
         raise ConfigError(
             "workload.duration_s",
@@ -91,37 +98,31 @@ def _daily(cfg: Mapping, seed: int) -> Workload:
             f"no request arrived (expected ~{process.qps * process.duration_s:.2f}); "
             "raise qps or duration_s",
         )
-    prompt, output = _sample_lengths(cfg, seed, times.size)
+    prompt, output = _sample_lengths(spec, seed, times.size)
     return Workload(prompt, output, times)
 
 
-def _closed_loop(cfg: Mapping, seed: int) -> Workload:
-    concurrency = params.integer(cfg, "concurrency", required=True, ge=1, prefix="workload")
-    n = params.integer(cfg, "num_requests", required=True, ge=1, prefix="workload")
-    think_time_s = params.number(cfg, "think_time_s", default=0.0, ge=0, prefix="workload")
-    prompt, output = _sample_lengths(cfg, seed, n)
-    return Workload(prompt, output, None, concurrency=concurrency, think_time_s=think_time_s)
+def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
+    prompt, output = _sample_lengths(spec, seed, spec.num_requests)
+    return Workload(
+        prompt, output, None, concurrency=spec.concurrency, think_time_s=spec.think_time_s
+    )
 
 
-def _trace(cfg: Mapping, seed: int) -> Workload:
-    window = traces.TraceFilter.from_config(cfg)  # check the knobs before reading the file
-    trace = window.apply(traces.load_trace(cfg.get("path")), seed)
+def _trace(spec: TraceWorkload, seed: int) -> Workload:
+    trace = traces.TraceFilter.from_spec(spec).apply(traces.load_trace(spec.path), seed)
     return Workload(trace.prompt_tokens, trace.output_tokens, trace.arrival_time_s)
 
 
-BUILDERS: dict[str, Callable[[Mapping, int], Workload]] = {
-    "trace": _trace,
-    "poisson": _renewal,
-    "gamma": _renewal,
-    "constant": _renewal,
-    "daily": _daily,
-    "closed_loop": _closed_loop,
-}
-
-
-def build_workload(cfg: Mapping, seed: int) -> Workload:
-    """The workload described by ``cfg`` (the ``workload`` node as a dict) under ``seed``."""
-    if not isinstance(cfg, Mapping):
-        raise ConfigError("workload", cfg, "must be a mapping with a kind field")
-    kind = params.choice(cfg, "kind", list(BUILDERS), prefix="workload")
-    return BUILDERS[kind](cfg, seed)
+def build_workload(cfg: Any, seed: int) -> Workload:
+    """The workload a ``workload`` config describes (checked first when it is plain data),
+    under ``seed``."""
+    spec = cfg if isinstance(cfg, StrictModel) else validate(WorkloadConfig, cfg, "workload")
+    if isinstance(spec, TraceWorkload):
+        return _trace(spec, seed)
+    if isinstance(spec, DailyWorkload):
+        return _daily(spec, seed)
+    if isinstance(spec, ClosedLoopWorkload):
+        return _closed_loop(spec, seed)
+    assert isinstance(spec, (RenewalWorkload, GammaWorkload)), f"no builder for {spec}"
+    return _renewal(spec, seed)

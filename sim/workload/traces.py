@@ -28,7 +28,6 @@ session structure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +37,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from sim.arrow_numpy import column_to_numpy
-from sim.config import params
+from sim.config.schema import TraceWorkload
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.rng import stream
@@ -151,13 +150,13 @@ class TraceFilter:
     spread_ticks_s: float | None = None
 
     @classmethod
-    def from_config(cls, cfg: Mapping) -> TraceFilter:
+    def from_spec(cls, spec: TraceWorkload) -> TraceFilter:
         return cls(
-            start_s=params.number(cfg, "start_s", default=0.0, ge=0, prefix="workload"),
-            duration_s=params.number(cfg, "duration_s", gt=0, prefix="workload"),
-            num_requests=params.integer(cfg, "num_requests", ge=1, prefix="workload"),
-            rate_scale=params.number(cfg, "rate_scale", default=1.0, gt=0, prefix="workload"),
-            spread_ticks_s=params.number(cfg, "spread_ticks_s", gt=0, prefix="workload"),
+            start_s=spec.start_s,
+            duration_s=spec.duration_s,
+            num_requests=spec.num_requests,
+            rate_scale=spec.rate_scale,
+            spread_ticks_s=spec.spread_ticks_s,
         )
 
     def apply(self, trace: Trace, seed: int) -> Trace:

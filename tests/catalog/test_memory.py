@@ -1,17 +1,13 @@
 """The memory plan: exact numbers for Llama-3.1-8B on an 80 GB GPU, and clear refusals."""
 
-from pathlib import Path
-
 import pytest
 
+from sim.catalog.deployment import build_deployment
 from sim.catalog.hardware import GPU
 from sim.catalog.memory import format_plan, plan_memory
 from sim.catalog.model import ModelSpec
 from sim.errors import ConfigError
 from tests.support import option
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
 
 H100 = GPU.from_config(option("hardware", "h100_sxm"))
 LLAMA8B = ModelSpec.from_config(option("model", "llama31_8b"))
@@ -67,10 +63,36 @@ def test_num_blocks_override_is_honoured():
     assert p.kv_free_bytes_per_gpu == 53_792_516_352  # still reported from the plan
 
 
+def deploy(**changes):
+    """A deployment from plain config data (checked as a run's would be), Llama-3.1-8B on an
+    H100 with the default memory settings and ``changes`` (``fleet.tp=2`` as tp=2, ...)."""
+    sections = {
+        "tp": "fleet",
+        "gpu_memory_utilization": "memory",
+        "activation_reserve_gib": "memory",
+        "block_size": "kv",
+        "num_blocks": "kv",
+        "weights": "precision",
+        "kv": "precision",
+    }
+    cfg = {
+        "model": option("model", "llama31_8b"),
+        "hardware": option("hardware", "h100_sxm"),
+        "precision": {"weights": "bf16", "kv": "bf16"},
+        "memory": {**DEFAULTS},
+        "kv": {"block_size": 16},
+        "fleet": {"replicas": 1, "tp": 1},
+    }
+    cfg["memory"].pop("block_size")
+    for key, value in changes.items():
+        cfg[sections[key]][key] = value
+    return build_deployment(cfg).memory
+
+
 @pytest.mark.parametrize("bad", [0, -3])
 def test_num_blocks_override_must_be_positive(bad):
     with pytest.raises(ConfigError, match=rf"^kv\.num_blocks={bad}: must be >= 1$"):
-        plan(num_blocks=bad)
+        deploy(num_blocks=bad)
 
 
 def test_70b_bf16_on_one_80gb_gpu_is_refused_in_one_line():
@@ -109,8 +131,9 @@ def test_70b_at_tp2_leaves_no_kv_room_and_tp4_fits():
     ],
 )
 def test_bad_inputs_name_their_field(overrides, field):
+    assert deploy().num_blocks == plan().num_blocks  # the helper plans what plan() plans
     with pytest.raises(ConfigError) as err:
-        plan(**overrides)
+        deploy(**overrides)
     assert err.value.field == field
 
 

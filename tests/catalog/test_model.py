@@ -30,7 +30,7 @@ def test_missing_num_layers_is_refused_by_name():
     with pytest.raises(ConfigError) as err:
         ModelSpec.from_config(cfg)
     assert err.value.field == "model.num_layers"
-    assert str(err.value) == "model.num_layers=None: missing field"
+    assert str(err.value) == "model.num_layers=None: required"
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,17 @@ import pytest
 
 from sim.catalog.deployment import build_deployment
 from sim.catalog.placement import build_placement
+from sim.config.schema import validate_run
 from sim.errors import ConfigError
 from sim.run import simulate
 from tests.support import columns, compose
+
+
+def placed(cfg, num_replicas):
+    """The placement of a composed config, checked as a run checks it."""
+    run = validate_run(cfg)
+    return build_placement(run, run.placement, num_replicas)
+
 
 TINY = [
     "workload=poisson",
@@ -27,7 +35,7 @@ def test_colocated_memory_plan_holds_both_weights_and_splits_the_kv():
         "placement=colocated", "placement.second_model=llama31_8b", "placement.kv_share=0.25"
     )
     alone = build_deployment(cfg).memory
-    placement = build_placement(cfg, 2)
+    placement = placed(cfg, 2)
     first, second = (d.memory for d in placement.deployments)
     # the second model's 16.06 GB of weights, and its engine's 2 GiB runtime reserve, are gone
     # from what the KV cache can use
@@ -44,7 +52,7 @@ def test_two_big_models_that_do_not_fit_one_gpu_are_refused():
     with pytest.raises(
         ConfigError, match="^placement.second_model='Qwen/Qwen2.5-32B.*both models do not fit"
     ):
-        build_placement(cfg, 1)
+        placed(cfg, 1)
 
 
 def test_dedicated_replicas_only_serve_their_model():
@@ -68,8 +76,8 @@ def test_dedicated_replicas_only_serve_their_model():
 
 def test_placement_inputs_are_checked():
     with pytest.raises(ConfigError, match="^placement.second_model='nope'"):
-        build_placement(compose("placement=colocated", "placement.second_model=nope"), 1)
+        placed(compose("placement=colocated", "placement.second_model=nope"), 1)
     with pytest.raises(ConfigError, match="^placement.second_model_replicas=2"):
-        build_placement(compose("placement=dedicated", "placement.second_model_replicas=2"), 2)
+        placed(compose("placement=dedicated", "placement.second_model_replicas=2"), 2)
     with pytest.raises(ConfigError, match="^placement.traffic_share=1.5"):
-        build_placement(compose("placement=colocated", "placement.traffic_share=1.5"), 1)
+        placed(compose("placement=colocated", "placement.traffic_share=1.5"), 1)

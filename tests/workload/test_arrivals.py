@@ -102,7 +102,8 @@ def test_same_seed_same_arrays_different_seed_different():
 
 @pytest.mark.parametrize("kind", ["poisson", "gamma", "daily"])
 def test_changing_lengths_leaves_arrivals_identical(kind):
-    base = {**POISSON, "kind": kind, "cv": 3.0, "duration_s": 200.0}
+    extra = {"poisson": {}, "gamma": {"cv": 3.0}, "daily": {"duration_s": 200.0}}[kind]
+    base = {**POISSON, "kind": kind, **extra}
     other = {
         **base,
         "prompt_tokens": {"dist": "uniform", "low": 1, "high": 9},
@@ -191,5 +192,9 @@ def test_negative_qps_message():
 
 
 def test_unknown_kind_lists_choices():
-    with pytest.raises(ConfigError, match="closed_loop, constant, daily, gamma, poisson, trace"):
+    with pytest.raises(ConfigError) as err:
         build_workload({**POISSON, "kind": "bursty"}, 0)
+    message = str(err.value)
+    assert message.startswith("workload.kind='bursty': unknown; choose one of ")
+    for kind in ("closed_loop", "constant", "daily", "gamma", "poisson", "trace"):
+        assert kind in message

@@ -1,0 +1,355 @@
+"""Every key a run's config may hold, its type and its bounds: the shape of ``configs/``.
+
+A run's config is checked against ``RunConfig`` before anything is built (``validate_run``):
+a key no group declares, a value of the wrong type, a number out of range or not finite is a
+one-line ``ConfigError`` naming the dotted field and the value. The defaults and the reasons for
+them live in the YAML files; here are only the rules a value must keep. What needs the catalog
+or two fields at once (tp dividing the attention heads, a GPU that can run FP4) is checked where
+the meaning is known (``sim.catalog``, ``sim.workload``).
+
+The policy groups (``scheduler``, ``step_time``, ``router``) name a class in ``_target_``; their
+options are checked against that class's signature when it is built (``sim.config.build``).
+
+Bounds and why:
+- token counts, KV blocks: at most 2**31 - 1, what the int32 output columns hold;
+- request counts: at most a billion (``MAX_REQUESTS``); replicas: at most 100,000;
+- every float finite (NaN and infinity are refused everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from sim.config.validation import (
+    INT32_MAX,
+    MAX_REPLICAS,
+    Count,
+    Fraction,
+    Int,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    StrictModel,
+    Text,
+    Tokens,
+    validate,
+)
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+KV_PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+# -- what is deployed -----------------------------------------------------------------------
+
+
+class ModelConfig(StrictModel):
+    """A transformer's serving-relevant shape (``configs/model/``; ``sim.catalog.model``)."""
+
+    section: ClassVar[str] = "model"
+
+    name: Text
+    num_layers: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    hidden_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    num_attention_heads: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    num_kv_heads: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    head_dim: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    ffn_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    vocab_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    num_experts: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    experts_per_token: Annotated[Int, Field(ge=1, le=INT32_MAX)]
+    max_context_tokens: Tokens
+    num_params: Positive
+    num_active_params: Positive
+    sources: dict[str, str] = {}
+
+
+class HardwareConfig(StrictModel):
+    """One GPU's datasheet figures in vendor units (``configs/hardware/``;
+    ``sim.catalog.hardware``)."""
+
+    section: ClassVar[str] = "hardware"
+
+    name: Text
+    memory_gb: Positive
+    hbm_bandwidth_gb_per_s: Positive
+    dense_tflops: dict[Literal["bf16", "fp16", "fp8", "fp4"], Positive | None]
+    interconnect_gb_per_s: Positive
+    interconnect_latency_us: Positive
+    usd_per_gpu_hour: Positive
+    power_w: Positive
+    sources: dict[str, str] = {}
+
+    @field_validator("dense_tflops")
+    @classmethod
+    def _needs_bf16(cls, value: dict[str, float | None]) -> dict[str, float | None]:
+        # every serving GPU runs bf16, and the step-time models need at least that figure
+        if value.get("bf16") is None:
+            raise ValueError("needs a bf16 figure (TFLOP/s)")
+        return value
+
+
+class PrecisionConfig(StrictModel):
+    section: ClassVar[str] = "precision"
+
+    weights: Literal["bf16", "fp16", "fp8", "fp4"]
+    kv: Literal["bf16", "fp16", "fp8"]
+
+
+class MemoryConfig(StrictModel):
+    section: ClassVar[str] = "memory"
+
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
+    activation_reserve_gib: NonNegative
+    request_tokens: Tokens | None = None  # fleetcast memory only: one request length to show
+
+
+class KvConfig(StrictModel):
+    section: ClassVar[str] = "kv"
+
+    block_size: Annotated[Int, Field(ge=1, le=2**16)]
+    num_blocks: Annotated[Int, Field(ge=1, le=INT32_MAX)] | None = None
+    watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+
+class FleetConfig(StrictModel):
+    section: ClassVar[str] = "fleet"
+
+    replicas: Annotated[Int, Field(ge=1, le=MAX_REPLICAS)]
+    tp: Annotated[Int, Field(ge=1, le=1024)] = 1
+
+
+class SinglePlacement(StrictModel):
+    mode: Literal["single"]
+
+
+class ColocatedPlacement(StrictModel):
+    mode: Literal["colocated"]
+    second_model: Text
+    traffic_share: Fraction
+    kv_share: Annotated[float, Field(gt=0, lt=1)]
+
+
+class DedicatedPlacement(StrictModel):
+    mode: Literal["dedicated"]
+    second_model: Text
+    traffic_share: Fraction
+    second_model_replicas: Annotated[Int, Field(ge=1, le=MAX_REPLICAS)] | None = None
+
+
+PlacementConfig = Annotated[
+    SinglePlacement | ColocatedPlacement | DedicatedPlacement, Field(discriminator="mode")
+]
+
+
+# -- the traffic ----------------------------------------------------------------------------
+
+
+class FixedLengthSpec(StrictModel):
+    dist: Literal["fixed"]
+    value: Tokens
+
+
+class UniformLengthSpec(StrictModel):
+    dist: Literal["uniform"]
+    low: Tokens
+    high: Tokens
+
+    @field_validator("high")
+    @classmethod
+    def _ordered(cls, high: int, info: ValidationInfo) -> int:
+        low = info.data.get("low")
+        if low is not None and high < low:
+            raise ValueError(f"must be >= low ({low})")
+        return high
+
+
+class LogNormalLengthSpec(StrictModel):
+    dist: Literal["lognormal"]
+    median: Positive
+    sigma: NonNegative
+    min: Tokens = 1
+    max: Tokens | None = None  # null: no upper clip
+
+    @field_validator("max")
+    @classmethod
+    def _ordered(cls, high: int | None, info: ValidationInfo) -> int | None:
+        low = info.data.get("min")
+        if high is not None and low is not None and high < low:
+            raise ValueError(f"must be >= min ({low})")
+        return high
+
+
+class EmpiricalLengthSpec(StrictModel):
+    dist: Literal["empirical"]
+    path: Text
+    column: Text | None = None  # null: the field's own name (prompt_tokens / output_tokens)
+
+
+LengthDistSpec = Annotated[
+    FixedLengthSpec | UniformLengthSpec | LogNormalLengthSpec | EmpiricalLengthSpec,
+    Field(discriminator="dist"),
+]
+LengthSpec = Tokens | LengthDistSpec
+"""A token-count field: a fixed length, or a mapping with ``dist:`` (``sim.workload.lengths``)."""
+
+
+class SyntheticWorkload(StrictModel):
+    """What every generated workload has: its lengths (``pattern`` wins when set)."""
+
+    prompt_tokens: LengthSpec
+    output_tokens: LengthSpec
+    pattern: (
+        Literal["long_in_short_out", "long_in_long_out", "short_in_long_out", "short_in_short_out"]
+        | None
+    ) = None
+
+
+class RenewalWorkload(SyntheticWorkload):
+    kind: Literal["poisson", "constant"]
+    qps: Positive
+    num_requests: Count
+
+
+class GammaWorkload(SyntheticWorkload):
+    kind: Literal["gamma"]
+    qps: Positive
+    cv: Positive
+    num_requests: Count
+
+
+class DailyWorkload(SyntheticWorkload):
+    kind: Literal["daily"]
+    qps: Positive
+    duration_s: Positive
+    profile: Annotated[list[NonNegative], Field(min_length=24, max_length=24)] | None = None
+    time_compression: Positive = 1.0
+    start_hour: NonNegative = 0.0
+    num_requests: Count | None = None
+
+    @field_validator("profile")
+    @classmethod
+    def _some_traffic(cls, profile: list[float] | None) -> list[float] | None:
+        if profile is not None and max(profile) <= 0:
+            raise ValueError("must be 24 hourly multipliers >= 0, not all 0")
+        return profile
+
+
+class ClosedLoopWorkload(SyntheticWorkload):
+    kind: Literal["closed_loop"]
+    concurrency: Count
+    num_requests: Count
+    think_time_s: NonNegative = 0.0
+
+
+class TraceWorkload(StrictModel):
+    kind: Literal["trace"]
+    path: Text | None = None  # required when the trace is read; null in trace.yaml
+    duration_s: Positive | None = None
+    num_requests: Count | None = None
+    rate_scale: Positive = 1.0
+    start_s: NonNegative = 0.0
+    spread_ticks_s: Positive | None = None
+
+
+WorkloadConfig = Annotated[
+    RenewalWorkload | GammaWorkload | DailyWorkload | ClosedLoopWorkload | TraceWorkload,
+    Field(discriminator="kind"),
+]
+
+
+# -- what a run reports and costs -------------------------------------------------------------
+
+
+class SloConfig(StrictModel):
+    section: ClassVar[str] = "slo"
+
+    ttft_s: Positive | None = None
+    tpot_s: Positive | None = None
+    e2e_s: Positive | None = None
+
+
+class SimConfig(StrictModel):
+    section: ClassVar[str] = "sim"
+
+    horizon_s: Positive | None = None
+    fast_forward_decode: bool = True
+    progress: Literal["auto"] | bool = "auto"
+
+
+class FrontendConfig(StrictModel):
+    section: ClassVar[str] = "frontend"
+
+    token_s: NonNegative = 0.0
+
+
+class GpuPrices(StrictModel):
+    """One GPU's list prices in $/GPU-hour by tier (null: not listed), and their source."""
+
+    on_demand: NonNegative | None = None
+    reserved: NonNegative | None = None
+    spot: NonNegative | None = None
+    source: str | None = None
+    date: str | None = None
+
+
+class EnergyConfig(StrictModel):
+    enabled: bool = False
+    usd_per_kwh: NonNegative
+    idle_power_fraction: Fraction
+    pue: Annotated[float, Field(ge=1)]
+
+
+class CostConfig(StrictModel):
+    """The ``cost`` group (``sim.output.cost``); an absent group is the catalog's price."""
+
+    section: ClassVar[str] = "cost"
+
+    tier: Literal["on_demand", "reserved", "spot"] | None = None
+    usd_per_gpu_hour: NonNegative | None = None
+    requests_per_day: Positive | None = None
+    energy: EnergyConfig | None = None
+    prices: dict[str, GpuPrices] = {}
+
+
+# -- a run ----------------------------------------------------------------------------------
+
+
+class DeploymentConfig(StrictModel):
+    """The groups that say what one replica is (``sim.catalog.deployment``)."""
+
+    model: ModelConfig
+    hardware: HardwareConfig
+    precision: PrecisionConfig
+    memory: MemoryConfig
+    kv: KvConfig
+    fleet: FleetConfig
+
+
+class PolicyNode(StrictModel):
+    """A ``_target_`` group: the class, and options its signature checks (``build``)."""
+
+    model_config = StrictModel.model_config | {"extra": "allow"}
+    target: Annotated[Text, Field(alias="_target_")]
+
+
+class RunConfig(DeploymentConfig):
+    """A whole run's config, as composed from ``configs/`` (plus what older configs lack)."""
+
+    scheduler: PolicyNode
+    router: PolicyNode
+    step_time: PolicyNode
+    workload: WorkloadConfig
+    slo: SloConfig = SloConfig()
+    sim: SimConfig = SimConfig()
+    frontend: FrontendConfig = FrontendConfig()
+    placement: PlacementConfig = SinglePlacement(mode="single")
+    cost: CostConfig = CostConfig()
+    seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
+    output_dir: str | None = None
+
+
+def validate_run(cfg: Any) -> RunConfig:
+    """``cfg`` (a plain dict of a composed config) checked against the schema."""
+    return validate(RunConfig, cfg, "")
