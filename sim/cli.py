@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sim.config.compose import check_overrides
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require
 from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
@@ -60,11 +61,70 @@ def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -
     from sim.output.summary_table import format_summary
     from sim.run import simulate
 
-    # A failed run must not leave an older run's summary looking like its own.
+    # A failed run must not leave an older run's summary looking like its own, nor the
+    # temporary files of a run killed while writing.
     (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    for stale in output_dir.glob(".*.partial"):
+        stale.unlink()
     result = simulate(cfg)
     write_run(result, output_dir)
     print(format_summary(result.summary, result.config, str(output_dir), choices))
+
+
+def _single_run(overrides: list[str]) -> None:
+    """One simulation, its config composed once.
+
+    Hydra's own runner composes the config twice (once to learn the run mode) and sets up
+    logging and a job runtime that a simulation does not use, a third of a second before the
+    first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
+    config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
+    reads these run folders like any other. Runs that ask Hydra for more (``hydra.*``
+    overrides, flags) go through Hydra's runner.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+
+    try:
+        with initialize_config_dir(
+            config_dir=str(config_dir()), version_base="1.3", job_name="cli"
+        ):
+            cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    except HydraException as err:  # what check_overrides could not foresee
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        sys.exit(2)
+    hydra_cfg = cfg.hydra
+    output_dir = Path(cfg.get("output_dir") or hydra_cfg.run.dir)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    try:
+        choices = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.runtime.choices))
+        _simulate_into(cfg, output_dir, choices)
+    except ConfigError as err:
+        _fail(err)
+    record = output_dir / ".hydra"
+    record.mkdir(exist_ok=True)
+    (record / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (record / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
+    (record / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+
+
+def _check_output_dir(argv: list[str]) -> None:
+    """``output_dir=PATH`` must be a folder this process can write (checked before anything is
+    simulated, so a long run does not end in a traceback)."""
+    given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
+    if not given or given[-1] in ("", "null"):
+        return
+    path = Path(os.path.expanduser(given[-1]))
+    require(not path.exists() or path.is_dir(), "output_dir", given[-1], "is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            "output_dir", given[-1], f"cannot be written ({err.strerror or err})"
+        ) from None
 
 
 def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
@@ -167,10 +227,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(profile_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
+        _check_output_dir(argv)
     except ConfigError as err:
         _fail(err)
     if command == "memory":
         _memory(argv)
+        return
+    if not any(a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra")) for a in argv):
+        _single_run(argv)
         return
     import hydra
 

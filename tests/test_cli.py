@@ -21,9 +21,18 @@ def test_default_run_writes_the_four_files_and_prints_a_summary(tmp_path):
     cwd.mkdir()
     proc = fleetcast(f"output_dir={out}", cwd=cwd)  # the default config: finishes in seconds
     assert proc.returncode == 0, proc.stderr
-    # the run's files, plus Hydra's record of the run (.hydra/, cli.log) in the same folder,
-    # and nothing in the current directory (no outputs/DATE/TIME beside it)
-    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, ".hydra", "cli.log"])
+    # the run's files, plus the record Hydra would keep (.hydra/) in the same folder, and
+    # nothing in the current directory (no outputs/DATE/TIME beside it)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, ".hydra"])
+    record = out / ".hydra"
+    assert sorted(p.name for p in record.iterdir()) == [
+        "config.yaml",
+        "hydra.yaml",
+        "overrides.yaml",
+    ]
+    assert yaml.safe_load((record / "overrides.yaml").read_text()) == [f"output_dir={out}"]
+    choices = yaml.safe_load((record / "hydra.yaml").read_text())["hydra"]["runtime"]["choices"]
+    assert choices["scheduler"] == "vllm" and choices["hardware"] == "h100_sxm"
     assert list(cwd.iterdir()) == []
     assert "TTFT" in proc.stdout and str(out) in proc.stdout
     summary = json.loads((out / "summary.json").read_text())

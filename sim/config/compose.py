@@ -58,15 +58,19 @@ def _default_options() -> dict[str, str]:
         for entry in defaults
         if isinstance(entry, DictConfig)
         for k, v in entry.items()
+        if not cast(str, k).startswith("override ")  # Hydra's own groups (launcher, sweeper)
     }
 
 
 def check_overrides(overrides: list[str]) -> None:
-    """Refuse, in one line, overrides that name an unknown group option or an unknown key.
+    """Refuse, in one line, overrides that Hydra's grammar cannot read, or that name an unknown
+    group option or an unknown key.
 
     Hydra would refuse them too, but in several lines; this catches them first by reading the
-    YAML files the overrides select. ``+key=value`` (adding a key) is left to the builders.
+    YAML files the overrides select. ``+key=value`` (adding a key) is left to the schema, which
+    refuses a key no group declares (``sim.config.schema``).
     """
+    _check_grammar(overrides)
     options = _default_options()
     plain: list[tuple[str, str]] = []
     extra: DictConfig | ListConfig = OmegaConf.create()  # keys that selected experiments add
@@ -116,7 +120,43 @@ def check_overrides(overrides: list[str]) -> None:
             and OmegaConf.select(extra, key, default=_MISSING) is _MISSING
         ):
             where = f"{group}={options[group]}" if group in options else "config.yaml"
-            raise ConfigError(key, value, f"unknown key in {where} (use +{key}=... to add one)")
+            known = _keys_at(node, path.rpartition(".")[0])
+            if node is top and "." not in path:  # a top-level key: the groups count too
+                known = sorted({*known, *options} - {"hydra"})
+            hint = f"; known: {', '.join(known)}" if known else ""
+            raise ConfigError(key, value, f"unknown key in {where}{hint}")
 
 
 _MISSING = object()
+
+
+def _keys_at(node: Any, path: str) -> list[str]:
+    """The keys of the mapping at ``path`` in ``node`` (the top when ``path`` is empty)."""
+    found = OmegaConf.select(node, path, default=None) if path else node
+    if isinstance(found, DictConfig):
+        return sorted(str(k) for k in found.keys() if k != "defaults")
+    return []
+
+
+def _check_grammar(overrides: list[str]) -> None:
+    """Each override as Hydra's grammar reads it, or a one-line ConfigError naming it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException as err:
+            key, _, value = override.partition("=")
+            lines = [
+                line
+                for line in str(err).splitlines()
+                if not line.startswith(("Error parsing override", "See https://"))
+            ]
+            reason = lines[0] if lines else "not an override"
+            raise ConfigError(
+                key.lstrip("+~") or override,
+                value,
+                f"cannot be read as an override ({reason}); quote values with spaces or braces",
+            ) from None
