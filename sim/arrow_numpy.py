@@ -40,11 +40,18 @@ def numpy_to_arrow(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     )
 
 
-def strings_to_arrow(values: list[str]) -> pa.Array:
-    """A list of str as an Arrow string array (``pa.array`` would import pandas)."""
-    encoded = [v.encode() for v in values]
+def strings_to_arrow(values: list[str] | list[str | None]) -> pa.Array:
+    """A list of str (None: null) as an Arrow string array (``pa.array`` would import
+    pandas)."""
+    encoded = [b"" if v is None else v.encode() for v in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    missing = np.fromiter((v is None for v in values), bool, len(values))
+    null_count = int(missing.sum())
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if null_count else None
     return pa.Array.from_buffers(
-        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+        pa.string(),
+        len(encoded),
+        [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))],
+        null_count=null_count,
     )

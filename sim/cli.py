@@ -57,18 +57,21 @@ def _run_task(cfg: DictConfig) -> None:
 
 
 def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -> None:
-    from sim.output.run_files import SUMMARY_FILE, write_run
+    from sim.output.run_files import SUMMARY_FILE, remove_temporaries
     from sim.output.summary_table import format_summary
     from sim.run import simulate
 
     # A failed run must not leave an older run's summary looking like its own, nor the
     # temporary files of a run killed while writing.
-    (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
-    for stale in output_dir.glob(".*.partial"):
-        stale.unlink()
-    result = simulate(cfg)
-    write_run(result, output_dir)
-    print(format_summary(result.summary, result.config, str(output_dir), choices))
+    if output_dir.is_dir():
+        (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
+        remove_temporaries(output_dir)
+    result = simulate(cfg, output_dir)
+    print(
+        format_summary(
+            result.summary, result.config, str(output_dir), choices, result.rejection_texts
+        )
+    )
 
 
 def _single_run(overrides: list[str]) -> None:
@@ -140,8 +143,6 @@ def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
         sys.stdout.write(f"{job_dir}: complete, skipped\n")
         sys.stdout.flush()
         return
-    for stale in job_dir.glob(".*.partial"):  # left by a job killed while writing
-        stale.unlink()
     (job_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
         _simulate_into(cfg, job_dir, choices)

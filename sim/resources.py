@@ -103,6 +103,9 @@ def resolve_path(path: object, field: str, *, kind: str = "file") -> Path:
             str(path),
             f"no such shipped {kind}; shipped: " + ", ".join(_shipped(kind, str(path))),
         )
+    if found.exists():  # a file where a folder belongs, or the other way round
+        other = "folder" if kind == "file" else "file"
+        raise ConfigError(field, str(path), f"is a {other}, not a {kind}")
     hint = ""
     if not found.is_absolute():
         hint = f" (relative to {Path.cwd()}; a shipped {kind} is named {SHIPPED_PREFIX}<path>)"

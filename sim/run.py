@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
@@ -22,11 +23,26 @@ from sim.config.schema import validate_run
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
+from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
-from sim.output.results import requests_table, steps_table, summarize
-from sim.output.run_files import RunResult
+from sim.output.request_log import RequestLog
+from sim.output.results import REQUESTS_SCHEMA, summarize
+from sim.output.run_files import (
+    CONFIG_FILE,
+    REQUESTS_FILE,
+    STEPS_FILE,
+    SUMMARY_FILE,
+    RunFolder,
+    RunResult,
+    config_text,
+    to_json,
+)
+from sim.output.step_log import SPILL_BYTES, STEPS_SCHEMA, StepLog
+from sim.output.tables import MemorySink, ParquetSink, Spill, TableSink
 from sim.workload.source import build_workload
+
+STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by replica
 
 if TYPE_CHECKING:  # tqdm is imported only when a progress bar is shown
     from tqdm import tqdm
@@ -52,9 +68,16 @@ def _progress_callback(
     return on_done, bar
 
 
-def simulate(cfg: DictConfig | Mapping[str, Any]) -> RunResult:
+def simulate(
+    cfg: DictConfig | Mapping[str, Any], output_dir: str | Path | None = None
+) -> RunResult:
     """Simulate the run ``cfg`` describes (a composed config: checked here first, so a bad
-    value stops the run before anything is built)."""
+    value stops the run before anything is built).
+
+    With ``output_dir``, the tables stream into that folder as the run goes and the run's four
+    files are there when this returns (the result then holds no tables): what a long run
+    needs. Without, the tables come back in memory.
+    """
     cfg = to_dict(cfg)
     run = validate_run(cfg)
     num_replicas = run.fleet.replicas
@@ -74,43 +97,84 @@ def simulate(cfg: DictConfig | Mapping[str, Any]) -> RunResult:
             max_model_len=placement.deployments[model_id].model.max_context_tokens,
         )
 
-    make_scheduler(0)  # check the scheduler's options before anything runs
+    # one scheduler per model, built first: it checks the options, and finds the requests
+    # the fleet can never serve before anything runs
+    model_ids = placement.model_ids(workload.num_requests, run.seed)
+    schedulers = [make_scheduler(m) for m in range(len(placement.deployments))]
+    spec = run.workload
+    pattern = getattr(spec, "pattern", None)
+    check_servable(
+        workload,
+        model_ids,
+        schedulers,
+        ("workload.pattern", pattern)
+        if pattern is not None
+        else ("workload.prompt_tokens", getattr(spec, "prompt_tokens", None)),
+    )
     replica_engines = [
         [Engine(m, make_scheduler(m), step_times[m]) for m in models]
         for models in placement.replica_models
     ]
-    on_done, bar = _progress_callback(run.sim.progress, workload.num_requests)
-    cluster = Cluster(
-        workload,
-        replica_engines,
-        router,
-        model_ids=placement.model_ids(workload.num_requests, run.seed),
-        fast_forward_decode=run.sim.fast_forward_decode,
-        horizon_s=run.sim.horizon_s,
-        on_request_done=on_done,
-        frontend_token_s=run.frontend.token_s,
+    folder = RunFolder(output_dir) if output_dir is not None else None
+    step_log = StepLog(
+        run.output.steps,
+        [d.memory.num_blocks for d in placement.deployments],
+        None if folder is None else Spill(STEPS_SCHEMA, folder.temporary(STEPS_SPILL), SPILL_BYTES),
+        run.output.step_bucket_s,
     )
+    requests_sink: TableSink
+    steps_sink: TableSink
+    if folder is None:
+        requests_sink, steps_sink = MemorySink(REQUESTS_SCHEMA), MemorySink(step_log.schema)
+    else:
+        requests_sink = ParquetSink(REQUESTS_SCHEMA, folder.temporary(REQUESTS_FILE))
+        steps_sink = ParquetSink(step_log.schema, folder.temporary(STEPS_FILE))
     try:
-        cluster.run()
+        on_done, bar = _progress_callback(run.sim.progress, workload.num_requests)
+        cluster = Cluster(
+            workload,
+            replica_engines,
+            router,
+            RequestLog(requests_sink),
+            step_log,
+            model_ids=model_ids,
+            fast_forward_decode=run.sim.fast_forward_decode,
+            horizon_s=run.sim.horizon_s,
+            on_request_done=on_done,
+            frontend_token_s=run.frontend.token_s,
+        )
+        try:
+            cluster.run()
+        finally:
+            if bar is not None:
+                bar.close()
+        totals = step_log.finish(num_replicas, steps_sink)
+        summary = summarize(
+            requests_sink.column,
+            totals,
+            slo=run.slo,
+            num_gpus=num_replicas * deployment.tp,
+            num_replicas=num_replicas,
+            kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
+            gpu=deployment.gpu,
+            cost=run.cost,
+        )
+        texts = {
+            reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))
+            for reason in summary["rejected_by_reason"]
+        }
+        if folder is None:
+            assert isinstance(requests_sink, MemorySink) and isinstance(steps_sink, MemorySink)
+            return RunResult(requests_sink.table, steps_sink.table, summary, cfg, texts)
+        # summary.json last: its presence marks a finished run
+        folder.write(CONFIG_FILE, config_text(cfg))
+        folder.commit(REQUESTS_FILE)
+        folder.commit(STEPS_FILE)
+        folder.write(SUMMARY_FILE, to_json(summary))
+        return RunResult(None, None, summary, cfg, texts)
     finally:
-        if bar is not None:
-            bar.close()
-    requests = requests_table(cluster.requests)
-    steps = steps_table(
-        [
-            [(engine.model_id, engine.steps) for engine in replica.engines]
-            for replica in cluster.replicas
-        ]
-    )
-    summary = summarize(
-        requests,
-        steps,
-        slo=run.slo,
-        num_gpus=num_replicas * deployment.tp,
-        num_replicas=num_replicas,
-        kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
-        kv_num_blocks=[d.memory.num_blocks for d in placement.deployments],
-        gpu=deployment.gpu,
-        cost=run.cost,
-    )
-    return RunResult(requests, steps, summary, cfg)
+        for sink in (requests_sink, steps_sink):
+            if isinstance(sink, ParquetSink):
+                sink.abandon()
+        if folder is not None:
+            folder.discard()

@@ -29,7 +29,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workload": BASICS | {"config"},
     "engine": BASICS | {"catalog"},
     "output": BASICS | {"config", "catalog", "engine"},
-    "fleet": BASICS | {"engine", "workload", "output.metrics"},
+    "fleet": BASICS
+    | {"engine", "workload", "output.metrics", "output.request_log", "output.step_log"},
     "calibration": BASICS | {"config", "catalog", "engine"},
     "sweeps": BASICS | {"config", "output.run_files"},
 }

@@ -93,7 +93,7 @@ def test_a_folder_is_asked_for_as_a_folder(tmp_path):
     with pytest.raises(ConfigError, match="folder not found"):
         resolve_path(str(tmp_path / "none"), "calibrate.kernels", kind="folder")
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "file")
-    with pytest.raises(ConfigError, match="folder not found"):
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
         resolve_path(str(tmp_path / "file"), "calibrate.kernels", kind="folder")
 
 

@@ -43,7 +43,8 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
             "placement.second_model=llama2_7b",
             "step_time=constant",
         ],
-        [*RANDOM, "workload.prompt_tokens=5000", "kv.num_blocks=200"],  # every request rejected
+        # most requests never fit: rejected, with their reason
+        [*RANDOM, "workload.prompt_tokens={dist:uniform,low:1,high:6000}", "kv.num_blocks=200"],
     ],
     ids=["sarathi", "frontend_horizon", "preemptions", "colocated", "dedicated", "rejected"],
 )

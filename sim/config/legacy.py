@@ -3,11 +3,13 @@
 A run folder's ``config.yaml`` is the resolved config of its run, and two things in it name code
 or files by location: every policy's ``_target_`` (``sim.scheduler.vllm.VLLMScheduler`` before
 the package was split into ``sim/engine``, ``sim/fleet``, ...), and the shipped traces (``path:
-data/traces/...`` before they became package data, ``shipped:traces/...``). Run folders written
-then must keep working: a resumed sweep must recognise its finished jobs, ``fleetcast collect``
-must not see a changed ``_target_`` as a swept key, and an old config must still build. So every
-comparison of configs and every ``_target_`` lookup goes through ``canonical_config`` /
-``canonical_target`` first. Nothing here rewrites files on disk.
+data/traces/...`` before they became package data, ``shipped:traces/...``). Groups added later
+(``output``) are missing from older configs; they ran as the group's defaults say. Run folders
+written then must keep working: a resumed sweep must recognise its finished jobs, ``fleetcast
+collect`` must not see a changed ``_target_`` as a swept key, and an old config must still
+build. So every comparison of configs and every ``_target_`` lookup goes through
+``canonical_run_config`` / ``canonical_config`` / ``canonical_target`` first. Nothing here
+rewrites files on disk.
 """
 
 from __future__ import annotations
@@ -32,6 +34,19 @@ def canonical_target(target: str) -> str:
         if target.startswith(old):
             return new + target.removeprefix(old)
     return target
+
+
+# Groups added since, with the settings that reproduce what runs did before them.
+ADDED_GROUPS = {"output": {"steps": "full", "step_bucket_s": 60.0}}
+
+
+def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A whole run's config made current: older spellings, and the groups it predates filled
+    in as it ran (``ADDED_GROUPS``)."""
+    current = canonical_config(config)
+    for group, settings in ADDED_GROUPS.items():
+        current.setdefault(group, dict(settings))
+    return current
 
 
 def canonical_config(node: Any) -> Any:

@@ -278,6 +278,13 @@ class SimConfig(StrictModel):
     progress: Literal["auto"] | bool = "auto"
 
 
+class OutputConfig(StrictModel):
+    section: ClassVar[str] = "output"
+
+    steps: Literal["full", "bucketed", "none"] = "full"
+    step_bucket_s: Positive = 60.0
+
+
 class FrontendConfig(StrictModel):
     section: ClassVar[str] = "frontend"
 
@@ -346,6 +353,7 @@ class RunConfig(DeploymentConfig):
     frontend: FrontendConfig = FrontendConfig()
     placement: PlacementConfig = SinglePlacement(mode="single")
     cost: CostConfig = CostConfig()
+    output: OutputConfig = OutputConfig()
     seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
     output_dir: str | None = None
 

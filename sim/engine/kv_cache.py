@@ -178,6 +178,11 @@ class KVCache:
         """Whether a request of ``num_tokens`` tokens fits even in an otherwise empty pool."""
         return self.blocks_for(num_tokens) <= self.num_blocks - self.watermark_blocks
 
+    @property
+    def max_request_tokens(self) -> int:
+        """The most tokens one request can hold (``can_ever_hold``'s bound)."""
+        return max(0, (self.num_blocks - self.watermark_blocks) * self.block_size)
+
     def free(self, request: Request) -> None:
         """Release ``request``'s hold on its blocks; a block nobody else holds becomes free."""
         held = request.kv_slots // self.block_size

@@ -61,6 +61,8 @@ class Request:
     completion_time_s: float | None = None
     """When the client received the last output token (stamped like ``first_token_time_s``)."""
     num_preemptions: int = 0
+    reject_reason: str | None = None
+    """Why the engine refused the request (``sim.engine.scheduler.base.REFUSALS``), if it did."""
 
     @property
     def num_tokens(self) -> int:

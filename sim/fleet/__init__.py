@@ -4,9 +4,11 @@
 - ``replica``: one replica's step loop over its engines (one per model it serves);
 - ``frontend``: a replica's host queue that streams tokens and takes in requests;
 - ``router``: which replica a new request goes to (add one: a class + a YAML file);
-- ``cluster``: the replicas behind the router, fed by the workload.
+- ``cluster``: the replicas behind the router, fed by the workload;
+- ``admission``: the requests no replica can ever serve, found before the run.
 
 May import: ``sim.engine``, ``sim.workload``, ``sim.output.metrics`` (the step rows a replica
-appends), ``sim.errors``. Not the rest of ``sim.output``: tables and summaries are built after
-the run, from what the fleet recorded.
+appends), ``sim.output.request_log`` and ``sim.output.step_log`` (where rows go as the run
+goes), ``sim.errors``. Not the rest of ``sim.output``: summaries are built after the run, from
+what the fleet recorded.
 """

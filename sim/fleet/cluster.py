@@ -4,13 +4,17 @@ Each replica serves one model, or several sharing its GPU (``sim.catalog.placeme
 request goes to a replica that serves the model it asks for. Open-loop workloads (traces,
 Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop workload keeps
 ``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
-next one, after ``think_time_s``, as serving benchmarks do. Every request ever issued is kept
-in ``requests``, in issue order, to become one row of ``requests.parquet``.
+next one, after ``think_time_s``, as serving benchmarks do.
+
+What the run produces leaves as it goes: each request's row through the ``RequestLog`` once it
+has ended (and those issued before it), each replica's step rows through the ``StepLog`` when it
+holds ``FLUSH_ROWS`` of them. The workload's lengths are read a chunk at a time. So memory
+follows the requests in flight, not the length of the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +24,11 @@ from sim.engine.request import REJECTED, UNFINISHED, Request
 from sim.fleet.replica import Engine, Replica
 from sim.fleet.router import Router
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
+from sim.output.request_log import RequestLog
+from sim.output.step_log import FLUSH_ROWS, StepLog
 from sim.workload.source import Workload
+
+CHUNK = 65536  # workload entries turned into Python values at a time
 
 
 class Cluster:
@@ -29,6 +37,8 @@ class Cluster:
         workload: Workload,
         replica_engines: list[list[Engine]],
         router: Router,
+        request_log: RequestLog,
+        step_log: StepLog,
         model_ids: np.ndarray | None = None,
         fast_forward_decode: bool = True,
         horizon_s: float | None = None,
@@ -42,7 +52,9 @@ class Cluster:
         self.env = simpy.Environment()
         self.workload = workload
         self.router = router
-        self.requests: list[Request] = []
+        self.request_log = request_log
+        self.step_log = step_log
+        self.num_issued = 0
         self._progress = on_request_done
         self.replicas = [
             Replica(
@@ -63,12 +75,10 @@ class Cluster:
                 self._hosts.setdefault(engine.model_id, []).append(replica)
         for replica in self.replicas:
             replica.start()
-        self._model_ids = (
-            model_ids.tolist() if model_ids is not None else [0] * workload.num_requests
-        )
         self.horizon_s = horizon_s
-        self._prompts = workload.prompt_tokens.tolist()
-        self._outputs = workload.output_tokens.tolist()
+        if model_ids is None:
+            model_ids = np.zeros(workload.num_requests, dtype=np.int64)
+        self._next_request = _in_chunks(workload.prompt_tokens, workload.output_tokens, model_ids)
         if workload.arrival_time_s is None:
             self._closed_loop = True
             # Requests issued or already scheduled to be: a request released after a think
@@ -82,32 +92,37 @@ class Cluster:
                 self._issue(0.0, ARRIVAL_PRIORITY)
         else:
             self._closed_loop = False
-            self.env.process(self._open_loop(workload.arrival_time_s.tolist()))
+            self.env.process(self._open_loop(_in_chunks(workload.arrival_time_s)))
 
     def run(self) -> None:
         """Simulate until every request has ended, or until the horizon."""
         horizon_s = self.horizon_s
         self.env.run(until=horizon_s)
-        for request in self.requests:
+        for request in self.request_log.unwritten:
             # Completed means the client received the last token. Past the horizon nobody
             # stamped it (sim.fleet.replica), and whatever had not ended is unfinished.
             if request.status != REJECTED and request.completion_time_s is None:
                 request.status = UNFINISHED
+        self.request_log.close()
+        for replica in self.replicas:
+            self._flush_steps(replica)
+
+    def _flush_steps(self, replica: Replica) -> None:
+        self.step_log.flush(
+            replica.replica_id, [(engine.model_id, engine.steps) for engine in replica.engines]
+        )
 
     def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
-        index = len(self.requests)
+        prompt_tokens, output_tokens, model_id = next(self._next_request)
         request = Request(
-            index,
-            arrival_time_s,
-            self._prompts[index],
-            self._outputs[index],
-            model_id=self._model_ids[index],
+            self.num_issued, arrival_time_s, prompt_tokens, output_tokens, model_id=model_id
         )
-        self.requests.append(request)
+        self.num_issued += 1
+        self.request_log.issued(request)
         hosts = self._hosts[request.model_id]
         hosts[self.router.choose(request, hosts)].add(request, caller_priority)
 
-    def _open_loop(self, arrival_times_s: list[float]) -> Generator[simpy.Event, Any, None]:
+    def _open_loop(self, arrival_times_s: Iterator[float]) -> Generator[simpy.Event, Any, None]:
         env = self.env
         for arrival_time_s in arrival_times_s:
             if arrival_time_s > env.now:
@@ -116,6 +131,14 @@ class Cluster:
 
     def _request_done(self, request: Request, caller_priority: int) -> None:
         """``request`` ended (its client heard) during an event of ``caller_priority``."""
+        self.request_log.ended()
+        if request.replica_id is not None:
+            engines = self.replicas[request.replica_id].engines
+            held = (
+                len(engines[0].steps) if len(engines) == 1 else sum(len(e.steps) for e in engines)
+            )
+            if held >= FLUSH_ROWS:
+                self._flush_steps(self.replicas[request.replica_id])
         if self._progress is not None:
             self._progress(request)
         if not self._closed_loop or self._released >= self.workload.num_requests:
@@ -132,3 +155,11 @@ class Cluster:
         else:
             # issued from inside the event that ended the request
             self._issue(self.env.now, caller_priority)
+
+
+def _in_chunks(*columns: np.ndarray) -> Iterator[Any]:
+    """The columns' entries as Python values (one value, or a tuple of one from each column),
+    converted ``CHUNK`` at a time rather than all at once."""
+    for start in range(0, len(columns[0]), CHUNK):
+        parts = [c[start : start + CHUNK].tolist() for c in columns]
+        yield from parts[0] if len(parts) == 1 else zip(*parts, strict=True)

@@ -136,8 +136,10 @@ class Replica:
     def _enter(self, request: Request, caller_priority: int) -> None:
         """Queue a request at its model's engine now, or reject it if it can never run here."""
         scheduler = self._by_model[request.model_id].scheduler
-        if scheduler.rejection_reason(request) is not None:
+        reason = scheduler.rejection_reason(request)
+        if reason is not None:
             request.status = REJECTED
+            request.reject_reason = reason
             self._forget(request)
             self.on_request_done(request, caller_priority)
             return

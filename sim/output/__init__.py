@@ -1,7 +1,12 @@
 """What a run produces: metric rows, the Parquet tables, the summary, cost, and the run's files.
 
 - ``metrics``: the step rows replicas append during the run (typed column buffers);
-- ``results``: the requests and steps tables (explicit Arrow schemas) and the summary;
+- ``request_log``: request rows leaving in issue order as requests end;
+- ``step_log``: step rows taken from the replicas as they grow, written whole, per time bucket
+  or not at all, and summed up for the summary;
+- ``tables``: where rows go: memory, or a Parquet file a row group at a time (and a spill for
+  rows that arrive out of order);
+- ``results``: the requests table (an explicit Arrow schema) and the summary;
 - ``cost``: what the fleet costs, and the unit costs derived from the run's rates;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.

@@ -1,7 +1,8 @@
 """Metric rows collected during a run: one row per scheduler step.
 
-Each replica has its own recorder, so its rows come out in time order and the fleet's table is
-the replicas' tables one after the other. Columns are typed ``array.array`` buffers: appending
+Each engine of a replica has its own recorder, so its rows come out in time order;
+``sim.output.step_log`` takes them from time to time (``take``), so a recorder holds only the
+rows of the last stretch of the run. Columns are typed ``array.array`` buffers: appending
 a row costs what a list append costs, a long decode stretch's numpy arrays are copied in as raw
 bytes, and numpy reads the columns back without copying.
 """
@@ -79,6 +80,14 @@ class StepRecorder:
             name: np.frombuffer(getattr(self, name), dtype=getattr(self, name).typecode)
             for name in COLUMNS
         }
+
+    def take(self) -> dict[str, np.ndarray]:
+        """All rows as numpy columns, leaving the recorder empty (the columns keep the old
+        buffers alive; nothing is copied)."""
+        rows = self.columns()
+        for name in COLUMNS:
+            setattr(self, name, array(getattr(self, name).typecode))
+        return rows
 
     def __len__(self) -> int:
         return len(self.duration_s)

@@ -12,7 +12,9 @@ defined once, here:
 
 The summary's distributions are over completed requests (``unfinished`` counts the rest). The
 table also gives ``ttft_s`` and ``queueing_delay_s`` of unfinished requests that got that far,
-so an overloaded run's worst waits stay visible.
+so an overloaded run's worst waits stay visible. A rejected request's ``reject_reason`` says
+why the engine refused it (``sim.engine.scheduler.base.REFUSALS``); the summary counts them in
+``rejected_by_reason``.
 
 Throughput and goodput divide by ``duration_s``, from the first arrival to the end of the last
 step, or to the last completion a client sees if a frontend streams it later. Goodput counts
@@ -22,17 +24,18 @@ completed requests that meet every SLO set in ``slo``. The ``cost`` block comes 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from sim.arrow_numpy import column_to_numpy, numpy_to_arrow, strings_to_arrow
+from sim.arrow_numpy import numpy_to_arrow, strings_to_arrow
 from sim.catalog.hardware import GPU
 from sim.config.schema import CostConfig, SloConfig
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.output.cost import fleet_cost
-from sim.output.metrics import StepRecorder
+from sim.output.step_log import StepTotals
 
 REQUESTS_SCHEMA = pa.schema(
     [
@@ -51,19 +54,7 @@ REQUESTS_SCHEMA = pa.schema(
         ("itl_s", pa.float64()),
         ("queueing_delay_s", pa.float64()),
         ("model_id", pa.int32()),
-    ]
-)
-
-STEPS_SCHEMA = pa.schema(
-    [
-        ("replica_id", pa.int32()),
-        ("start_time_s", pa.float64()),
-        ("duration_s", pa.float64()),
-        ("num_prefill_tokens", pa.int32()),
-        ("num_decode_tokens", pa.int32()),
-        ("num_seqs", pa.int32()),
-        ("kv_blocks_used", pa.int32()),
-        ("model_id", pa.int32()),
+        ("reject_reason", pa.string()),
     ]
 )
 
@@ -110,46 +101,13 @@ def requests_table(requests: list[Request]) -> pa.Table:
         "itl_s": _floats(itl),
         "queueing_delay_s": _floats(scheduled - arrival),
         "model_id": np.fromiter((r.model_id for r in requests), np.int32, n),
+        "reject_reason": strings_to_arrow([r.reject_reason for r in requests]),
     }
     arrays = [
         c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
         for f in REQUESTS_SCHEMA
     ]
     return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
-
-
-def steps_table(replica_recorders: list[list[tuple[int, StepRecorder]]]) -> pa.Table:
-    """One row per step, ordered by replica, then time. ``replica_recorders[i]`` holds replica
-    ``i``'s rows, one recorder per model it serves."""
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in STEPS_SCHEMA.names}
-    for replica_id, recorders in enumerate(replica_recorders):
-        columns = [(model_id, steps.columns()) for model_id, steps in recorders]
-        order = None
-        if len(columns) > 1:  # models sharing a GPU took turns: interleave their rows
-            order = np.argsort(
-                np.concatenate([c["start_time_s"] for _, c in columns]), kind="stable"
-            )
-        n = sum(len(c["start_time_s"]) for _, c in columns)
-        merged = {
-            "replica_id": np.full(n, replica_id, np.int32),
-            "model_id": np.concatenate(
-                [np.full(len(c["start_time_s"]), m, np.int32) for m, c in columns]
-            ),
-        }
-        for name in STEPS_SCHEMA.names:
-            if name not in merged:
-                merged[name] = np.concatenate([c[name] for _, c in columns])
-        for name, values in merged.items():
-            parts[name].append(values if order is None else values[order])
-    arrays = [
-        numpy_to_arrow(np.concatenate(parts[f.name]) if parts[f.name] else np.empty(0), f.type)
-        for f in STEPS_SCHEMA
-    ]
-    return pa.Table.from_arrays(arrays, schema=STEPS_SCHEMA)
-
-
-def _column(table: pa.Table, name: str) -> np.ndarray:
-    return column_to_numpy(table.column(name))
 
 
 def distribution(values: np.ndarray) -> dict[str, float | None]:
@@ -164,74 +122,74 @@ def distribution(values: np.ndarray) -> dict[str, float | None]:
 
 
 def summarize(
-    requests: pa.Table,
-    steps: pa.Table,
+    column: Callable[[str], np.ndarray],
+    steps: StepTotals,
     *,
     slo: SloConfig,
     num_gpus: int,
     num_replicas: int,
     kv_capacity_tokens: list[int],
-    kv_num_blocks: list[int],
     gpu: GPU,
     cost: CostConfig | None = None,
 ) -> dict[str, Any]:
-    """The summary.json object (GUIDE section 3), from the two tables.
+    """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
+    gives one of its columns as numpy; each is read once and let go, so a long run's table need
+    not fit in memory whole) and the steps' totals.
 
-    ``kv_capacity_tokens`` and ``kv_num_blocks`` are per model (``model_id``): one entry for a
-    fleet of one model. ``kv_capacity_tokens`` in the summary is the first model's pool.
+    ``kv_capacity_tokens`` is per model (``model_id``): one entry for a fleet of one model.
+    ``kv_capacity_tokens`` in the summary is the first model's pool.
 
     ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
     """
-    col = {
-        name: _column(requests, name)
-        for name in (
-            "arrival_time_s",
-            "prompt_tokens",
-            "output_tokens",
-            "ttft_s",
-            "tpot_s",
-            "e2e_s",
-            "itl_s",
-            "queueing_delay_s",
-            "num_preemptions",
-        )
-    }
-    status = np.asarray(requests.column("status").to_pylist(), dtype=object)
+    status = column("status")
     completed = status == COMPLETED
-    start = _column(steps, "start_time_s")
-    duration = _column(steps, "duration_s")
-    first_arrival = float(col["arrival_time_s"].min()) if len(status) else 0.0
-    end = float((start + duration).max()) if len(start) else first_arrival
-    done_s = _column(requests, "completion_time_s")[completed]
+    num_requests = len(status)
+    num_rejected = int((status == REJECTED).sum())
+    num_unfinished = int((status == UNFINISHED).sum())
+    del status
+    rejected_by_reason: dict[str, int] = {}
+    if num_rejected:
+        reasons, counts = np.unique(
+            column("reject_reason")[column("status") == REJECTED].astype(str), return_counts=True
+        )
+        rejected_by_reason = dict(zip(reasons.tolist(), counts.tolist(), strict=True))
+
+    arrival = column("arrival_time_s")
+    first_arrival = float(arrival.min()) if num_requests else 0.0
+    del arrival
+    end = steps.end_s if steps.end_s is not None else first_arrival
+    done_s = column("completion_time_s")[completed]
     if len(done_s):
         # with a frontend, clients receive the last tokens after the last step ends
         end = max(end, float(done_s.max()))
+    del done_s
     span_s = max(end - first_arrival, 0.0)
 
     def rate(x: float) -> float | None:
         return x / span_s if span_s > 0 else None
 
-    out_tokens = float(col["output_tokens"][completed].sum())
-    in_tokens = float(col["prompt_tokens"][completed].sum())
+    out_tokens = float(column("output_tokens")[completed].sum())
+    in_tokens = float(column("prompt_tokens")[completed].sum())
     all_tokens = out_tokens + in_tokens
     good = completed.copy()
-    for bound, name in ((slo.ttft_s, "ttft_s"), (slo.tpot_s, "tpot_s"), (slo.e2e_s, "e2e_s")):
+    latency: dict[str, dict[str, float | None]] = {}
+    for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_delay_s"):
+        values = column(name)
+        bound = getattr(slo, name, None)
         if bound is not None:
-            values = np.nan_to_num(col[name], nan=0.0) if name == "tpot_s" else col[name]
-            good &= values <= bound  # one-token outputs have no TPOT: they meet a TPOT SLO
-    # each row's share of its own model's pool (models sharing a GPU have a pool each)
-    kv_used = (
-        _column(steps, "kv_blocks_used").astype(float)
-        / np.asarray(kv_num_blocks, dtype=float)[_column(steps, "model_id")]
-    )
-    busy = float(duration.sum())
+            # one-token outputs have no TPOT: they meet a TPOT SLO
+            good &= (np.nan_to_num(values, nan=0.0) if name == "tpot_s" else values) <= bound
+        # TTFT and queueing delay also exist for unfinished requests; the others only for
+        # completed ones
+        latency[name] = distribution(
+            values[completed] if name in ("ttft_s", "queueing_delay_s") else values
+        )
+        del values
+    busy = steps.busy_s
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
     out: dict[str, Any] = {
-        "ttft_s": distribution(col["ttft_s"][completed]),
-        "tpot_s": distribution(col["tpot_s"]),
-        "itl_s": distribution(col["itl_s"]),
-        "e2e_s": distribution(col["e2e_s"]),
-        "queueing_delay_s": distribution(col["queueing_delay_s"][completed]),
+        **{name: latency[name] for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s")},
+        "queueing_delay_s": latency["queueing_delay_s"],
         "throughput": {
             "requests_per_s": rate(float(completed.sum())),
             "output_tokens_per_s": rate(out_tokens),
@@ -239,20 +197,20 @@ def summarize(
         },
         "goodput_requests_per_s": rate(float(good.sum())),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
-        "num_requests": int(len(status)),
+        "num_requests": num_requests,
         "completed": int(completed.sum()),
-        "rejected": int((status == REJECTED).sum()),
-        "unfinished": int((status == UNFINISHED).sum()),
-        "num_preemptions": int(col["num_preemptions"].sum()),
+        "rejected": num_rejected,
+        "unfinished": num_unfinished,
+        "num_preemptions": int(column("num_preemptions").sum()),
         "duration_s": span_s,
-        "num_steps": int(len(start)),
+        "num_steps": steps.num_steps,
         "num_replicas": num_replicas,
         "num_gpus": num_gpus,
         "kv_capacity_tokens": kv_capacity_tokens[0],
         "kv_utilization": {
             # step-time weighted: the share of blocks in use while replicas were busy
-            "mean": float((kv_used * duration).sum() / busy) if busy else None,
-            "max": float(kv_used.max()) if len(kv_used) else None,
+            "mean": steps.kv_busy_s / busy if busy else None,
+            "max": steps.kv_peak,
         },
         "gpu_busy_fraction": busy_fraction,
         "cost": fleet_cost(
@@ -266,6 +224,7 @@ def summarize(
             output_tokens=out_tokens,
             gpu_busy_fraction=busy_fraction,
         ),
+        "rejected_by_reason": rejected_by_reason,
     }
     if len(kv_capacity_tokens) > 1:
         out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)

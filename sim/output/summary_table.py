@@ -22,9 +22,15 @@ def _placement(node: Mapping) -> str:
 
 
 def format_summary(
-    summary: Mapping, cfg: Mapping, output_dir: str | None = None, choices: Mapping | None = None
+    summary: Mapping,
+    cfg: Mapping,
+    output_dir: str | None = None,
+    choices: Mapping | None = None,
+    rejection_texts: Mapping[str, str] | None = None,
 ) -> str:
-    """The summary table; ``choices`` are Hydra's group choices (names the policies)."""
+    """The summary table; ``choices`` are Hydra's group choices (names the policies);
+    ``rejection_texts`` says what each rejection reason means for this fleet (one line each
+    when requests were rejected)."""
     model = cfg["model"]["name"]
     gpu = cfg["hardware"]["name"]
     fleet = cfg["fleet"]
@@ -42,6 +48,12 @@ def format_summary(
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
         f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",
+        *(
+            f"rejected:   {count:,} {reason}: {(rejection_texts or {}).get(reason, '')}".rstrip(
+                ": "
+            )
+            for reason, count in (summary.get("rejected_by_reason") or {}).items()
+        ),
         "",
         f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}",
     ]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.config.legacy import canonical_config
+from sim.config.legacy import canonical_run_config
 from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
 
 # Keys that say where a run's files go or how it reports progress, not what it simulates: a
@@ -43,7 +43,7 @@ def job_status(job_dir: Path, resolved_config: dict) -> str:
         return "todo"
     if not isinstance(done, dict):
         return "todo"
-    same = canonical_config(simulated_config(done)) == canonical_config(
+    same = canonical_run_config(simulated_config(done)) == canonical_run_config(
         simulated_config(resolved_config)
     )
     return "complete" if same else "todo"

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from sim.config.legacy import canonical_config
+from sim.config.legacy import canonical_run_config
 from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
 from sim.sweeps.resume import PRESENTATION_KEYS
 
@@ -125,7 +125,7 @@ def read_run(sweep_dir: Path, run_dir: Path) -> Run:
         raise CollectError(f"run {run_id}: config.yaml and summary.json must each hold a mapping")
     # older spellings made current (sim.config.legacy): a run from an older Fleetcast and
     # one from this one differ only where their configs do
-    config = canonical_config({k: v for k, v in config.items() if k not in NOT_PARAMETERS})
+    config = canonical_run_config({k: v for k, v in config.items() if k not in NOT_PARAMETERS})
 
     override_keys, choices = [], {}
     overrides_path = run_dir / ".hydra" / "overrides.yaml"

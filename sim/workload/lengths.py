@@ -41,7 +41,7 @@ from sim.config.schema import (
 from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.resources import resolve_path
-from sim.workload.traces import read_columns
+from sim.workload.traces import read_columns, token_counts
 
 
 class LengthDist(Protocol):
@@ -145,11 +145,9 @@ def build_length(spec: LengthSpec | Mapping[str, Any], name: str) -> LengthDist:
     column = spec.column or name.rsplit(".", 1)[-1]
     path = resolve_path(spec.path, f"{name}.path")
     values = read_columns(path, (column,), f"{name}.path", spec.path)[column]
-    if values.size == 0 or not np.issubdtype(values.dtype, np.number):
-        raise ConfigError(f"{name}.path", spec.path, f"column {column} is empty")
-    if not np.all(np.isfinite(values)) or np.any(values < 1):
-        raise ConfigError(f"{name}.path", spec.path, f"column {column} must be >= 1")
-    return EmpiricalLength(values.astype(np.int64))
+    if values.size == 0:
+        raise ConfigError(f"{name}.path", spec.path, f"column {column} has no rows")
+    return EmpiricalLength(token_counts(values, column, f"{name}.path", spec.path))
 
 
 def build_lengths(

@@ -46,6 +46,8 @@ class Workload:
     arrival_time_s: np.ndarray | None  # float64, non-decreasing, >= 0; None for closed loop
     concurrency: int | None = None  # closed loop: requests kept in flight
     think_time_s: float = 0.0  # closed loop: delay between a completion and the next request
+    trace_file: str | None = None  # a replayed trace: the file, as the config names it
+    trace_rows: np.ndarray | None = None  # ... and each request's row in it (from 0)
 
     def __post_init__(self) -> None:
         n = self.prompt_tokens.size
@@ -111,7 +113,13 @@ def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
 
 def _trace(spec: TraceWorkload, seed: int) -> Workload:
     trace = traces.TraceFilter.from_spec(spec).apply(traces.load_trace(spec.path), seed)
-    return Workload(trace.prompt_tokens, trace.output_tokens, trace.arrival_time_s)
+    return Workload(
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.arrival_time_s,
+        trace_file=trace.shown,
+        trace_rows=trace.row,
+    )
 
 
 def build_workload(cfg: Any, seed: int) -> Workload:

@@ -2,12 +2,19 @@
 
 A trace is a table with one row per request and the columns ``arrival_time_s``,
 ``prompt_tokens`` and ``output_tokens`` (the schema of ``data/traces/``), stored as Parquet or
-CSV. Only those three columns are read; anything else (timestamps, prefix hashes) is ignored.
+CSV (``.csv``, or compressed: ``.csv.gz``, ``.csv.bz2``, ``.csv.zst``, ``.csv.lz4``; a UTF-8
+byte-order mark is skipped). Only those three columns are read; anything else (timestamps,
+prefix hashes) is ignored.
 
-Rows are checked, not repaired: a non-positive token count, a negative or non-finite arrival
-time, or an arrival earlier than the row before it is a ``ConfigError`` naming the row. We do
-not sort silently, because an unsorted trace usually means the wrong column or a broken export,
-and a silent sort would replay a different workload than the one the user thinks they have.
+Rows are checked when the file is read, not repaired: a value that is not a number, an empty
+cell, a token count that is not a whole number from 1 to 2**31-1 (what the int32 columns of
+``requests.parquet`` hold), a negative or non-finite arrival time, or an arrival earlier than
+the row before it is a ``ConfigError`` naming the file, the row (from 1, the header not
+counted) and the column. We do not sort silently, because an unsorted trace usually means the
+wrong column or a broken export, and a silent sort would replay a different workload than the
+one the user thinks they have. A row the fleet can never serve (longer than the model's
+context, or than a replica's KV cache holds) is refused the same way, before the run
+(``sim.fleet.admission``).
 
 Filters apply in this fixed order, on the trace's own clock counted from its first arrival
 (so a trace whose timestamps start at 100 s starts at 0) until the last step:
@@ -32,29 +39,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
-from sim.arrow_numpy import column_to_numpy
 from sim.config.schema import TraceWorkload
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.rng import stream
 
 TRACE_COLUMNS = ("arrival_time_s", "prompt_tokens", "output_tokens")
+# CSV, plain or compressed (Arrow decompresses by suffix); any other file is read as Parquet.
+CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst", ".csv.lz4")
+# The most tokens a column of requests.parquet holds (int32), and so the most a request may have.
+MAX_TOKENS = 2**31 - 1
+
+
+def is_csv(path: Path) -> bool:
+    return path.name.lower().endswith(CSV_SUFFIXES)
 
 
 def read_columns(
     path: Path, columns: tuple[str, ...], field: str, shown: str | None = None
 ) -> dict[str, np.ndarray]:
-    """Read only ``columns`` from a Parquet or CSV file (chosen by suffix; ``.csv`` = CSV).
+    """Read only ``columns`` from a Parquet or CSV file (CSV by suffix, see ``CSV_SUFFIXES``).
 
-    ``shown`` is the path as the user wrote it, for error messages (default: ``path``).
+    ``shown`` is the path as the user wrote it, for error messages (default: ``path``). Numeric
+    columns come back as numbers (nulls as NaN), others as object arrays.
     """
+    import pyarrow as pa  # imported here: a synthetic workload never reads a file
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from sim.arrow_numpy import column_to_numpy
+
     shown = str(path) if shown is None else shown
+    csv = is_csv(path)
     try:
-        if path.suffix.lower() == ".csv":
+        if csv:
             # The streaming reader parses only the first block: enough for the header.
             with pacsv.open_csv(path) as reader:
                 names = reader.schema.names
@@ -65,9 +84,10 @@ def read_columns(
             raise ConfigError(
                 field,
                 shown,
-                f"missing column(s) {', '.join(missing)}; need {', '.join(columns)}",
+                f"missing column(s) {', '.join(missing)}; need {', '.join(columns)}"
+                f" (the file has {', '.join(names[:8]) or 'no columns'})",
             )
-        if path.suffix.lower() == ".csv":
+        if csv:
             include = pacsv.ConvertOptions(include_columns=list(columns))
             table = pacsv.read_csv(path, convert_options=include)
         else:
@@ -75,25 +95,107 @@ def read_columns(
             table = pq.ParquetFile(path).read(columns=list(columns))
     except ConfigError:
         raise
-    except (pa.ArrowException, OSError) as err:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         # Arrow messages can span lines; keep the user-facing error to one line.
         reason = " ".join(str(err).split())
-        raise ConfigError(field, shown, f"cannot read as Parquet/CSV: {reason}") from err
+        kind = "CSV" if csv else f"Parquet (a CSV file is named {', '.join(CSV_SUFFIXES)})"
+        raise ConfigError(field, shown, f"cannot read as {kind}: {reason}") from err
     return {c: column_to_numpy(table.column(c)) for c in columns}
 
 
-def _token_column(values: np.ndarray, column: str, field: str, shown: str) -> np.ndarray:
-    if not np.issubdtype(values.dtype, np.number) or np.issubdtype(values.dtype, np.bool_):
-        raise ConfigError(field, shown, f"column {column} must be numeric")
-    if np.issubdtype(values.dtype, np.floating):
-        if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-            raise ConfigError(field, shown, f"column {column} must hold whole token counts")
-    bad = np.flatnonzero(values < 1)
-    if bad.size:
-        row = int(bad[0])
+def _first(mask: np.ndarray) -> int | None:
+    found = np.flatnonzero(mask)
+    return int(found[0]) if found.size else None
+
+
+def _show(value: object) -> str:
+    """A cell as an error message shows it."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if np.isnan(value):
+            return "empty or NaN"
+        return f"{value:g}" if not value.is_integer() or abs(value) >= 1e16 else f"{value:.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return repr(value)
+
+
+def _bad_row(
+    field: str,
+    shown: str,
+    column: str,
+    rows: np.ndarray,
+    values: np.ndarray,
+    mask: np.ndarray,
+    reason: str,
+) -> None:
+    """Raise a ConfigError naming the first row where ``mask`` holds, if any. Rows count from
+    1, the header (of a CSV) not counted, as in the file; ``rows`` maps positions to them."""
+    at = _first(mask)
+    if at is not None:
+        count = int(mask.sum())
+        more = f" ({count:,} rows like it)" if count > 1 else ""
         raise ConfigError(
-            field, shown, f"column {column} must be >= 1 (row {row} holds {values[row]})"
+            field,
+            shown,
+            f"row {int(rows[at]) + 1}, column {column}: {_show(values[at])} {reason}{more}",
         )
+
+
+def _as_number(value: object) -> float | None:
+    """A cell Arrow read as text (or as something else) as a number, or None if it is not one."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def _numbers(
+    values: np.ndarray, column: str, field: str, shown: str, rows: np.ndarray
+) -> np.ndarray:
+    """``values`` as a numeric array, or a ConfigError naming the first row that is not a
+    number. Arrow reads a column as text when one cell is not a number; the others still are."""
+    if values.dtype != object and not np.issubdtype(values.dtype, np.bool_):
+        return values
+    parsed = [_as_number(v) for v in values]
+    not_number = np.array([p is None for p in parsed], dtype=bool)
+    _bad_row(field, shown, column, rows, values, not_number, "is not a number")
+    return np.array(parsed, dtype=np.float64)
+
+
+def token_counts(
+    values: np.ndarray, column: str, field: str, shown: str, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """A column of token counts as int64: whole numbers from 1 to ``MAX_TOKENS``, or a
+    ConfigError naming the file, the first bad row and the column."""
+    rows = np.arange(values.size) if rows is None else rows
+    values = _numbers(values, column, field, shown, rows)
+    if np.issubdtype(values.dtype, np.floating):
+        _bad_row(field, shown, column, rows, values, np.isnan(values), "is not a token count")
+        _bad_row(
+            field,
+            shown,
+            column,
+            rows,
+            values,
+            values != np.round(values),
+            "is not a whole number of tokens",
+        )
+    _bad_row(field, shown, column, rows, values, values < 1, "must be >= 1")
+    _bad_row(
+        field,
+        shown,
+        column,
+        rows,
+        values,
+        values > MAX_TOKENS,
+        f"is above {MAX_TOKENS:,}, the most tokens a request can hold (int32)",
+    )
     return values.astype(np.int64)
 
 
@@ -102,12 +204,25 @@ class Trace:
     """A checked trace: equal-length columns, arrivals finite, >= 0 and non-decreasing."""
 
     arrival_time_s: np.ndarray  # float64
-    prompt_tokens: np.ndarray  # int64, >= 1
-    output_tokens: np.ndarray  # int64, >= 1
+    prompt_tokens: np.ndarray  # int64, 1 .. MAX_TOKENS
+    output_tokens: np.ndarray  # int64, 1 .. MAX_TOKENS
+    row: np.ndarray  # int64: each request's row in the file (from 0), for error messages
+    shown: str = ""  # the file as the user named it
 
     @property
     def num_requests(self) -> int:
         return int(self.arrival_time_s.size)
+
+    def select(self, keep: np.ndarray | slice, arrival_time_s: np.ndarray | None = None) -> Trace:
+        """The rows ``keep`` picks (a mask, an order or a slice), with new arrival times when
+        given (already picked)."""
+        return Trace(
+            self.arrival_time_s[keep] if arrival_time_s is None else arrival_time_s,
+            self.prompt_tokens[keep],
+            self.output_tokens[keep],
+            self.row[keep],
+            self.shown,
+        )
 
 
 def load_trace(path: object, field: str = "workload.path") -> Trace:
@@ -118,24 +233,28 @@ def load_trace(path: object, field: str = "workload.path") -> Trace:
     arrival = cols["arrival_time_s"]
     if arrival.size == 0:
         raise ConfigError(field, shown, "trace has no rows")
-    if not np.issubdtype(arrival.dtype, np.number):
-        raise ConfigError(field, shown, "column arrival_time_s must be numeric")
-    arrival = arrival.astype(np.float64)
-    if not np.all(np.isfinite(arrival)) or np.any(arrival < 0):
-        raise ConfigError(field, shown, "column arrival_time_s must be finite and >= 0")
+    rows = np.arange(arrival.size, dtype=np.int64)
+    arrival = _numbers(arrival, "arrival_time_s", field, shown, rows).astype(np.float64)
+    _bad_row(field, shown, "arrival_time_s", rows, arrival, np.isnan(arrival), "is not a time")
+    _bad_row(
+        field, shown, "arrival_time_s", rows, arrival, ~np.isfinite(arrival), "is not a finite time"
+    )
+    _bad_row(field, shown, "arrival_time_s", rows, arrival, arrival < 0, "must be >= 0")
     back = np.flatnonzero(np.diff(arrival) < 0)
     if back.size:
         row = int(back[0]) + 1
         raise ConfigError(
             field,
             shown,
-            f"arrival_time_s decreases at row {row} ({arrival[row]} < {arrival[row - 1]});"
-            " sort the trace by arrival time",
+            f"row {row + 1}, column arrival_time_s: {arrival[row]} is earlier than the row"
+            f" before ({arrival[row - 1]}); sort the trace by arrival time",
         )
     return Trace(
         arrival_time_s=arrival,
-        prompt_tokens=_token_column(cols["prompt_tokens"], "prompt_tokens", field, shown),
-        output_tokens=_token_column(cols["output_tokens"], "output_tokens", field, shown),
+        prompt_tokens=token_counts(cols["prompt_tokens"], "prompt_tokens", field, shown, rows),
+        output_tokens=token_counts(cols["output_tokens"], "output_tokens", field, shown, rows),
+        row=rows,
+        shown=shown,
     )
 
 
@@ -164,26 +283,25 @@ class TraceFilter:
         # Time counts from the trace's first arrival: "the first S seconds" of a trace whose
         # clock starts at 100 s are 100-100+S.
         t = trace.arrival_time_s - trace.arrival_time_s[0]
-        prompt, output = trace.prompt_tokens, trace.output_tokens
         if self.spread_ticks_s is not None:
             t = t + stream(seed, "workload.spread").uniform(0.0, self.spread_ticks_s, t.size)
             order = np.argsort(t, kind="stable")
-            t, prompt, output = t[order], prompt[order], output[order]
+            trace = trace.select(order, t[order])
+            t = trace.arrival_time_s
         keep = t >= self.start_s
-        _require_rows(keep, "workload.start_s", self.start_s, trace)
+        _require_rows(keep, "workload.start_s", self.start_s, t)
         if self.duration_s is not None:
             keep &= t < self.start_s + self.duration_s
-            _require_rows(keep, "workload.duration_s", self.duration_s, trace)
-        t, prompt, output = t[keep] - self.start_s, prompt[keep], output[keep]
+            _require_rows(keep, "workload.duration_s", self.duration_s, t)
+        trace = trace.select(keep, t[keep] - self.start_s)
         if self.num_requests is not None:
-            n = self.num_requests
-            t, prompt, output = t[:n], prompt[:n], output[:n]
-        return Trace(t / self.rate_scale, prompt, output)
+            trace = trace.select(slice(0, self.num_requests))
+        return trace.select(slice(None), trace.arrival_time_s / self.rate_scale)
 
 
-def _require_rows(keep: np.ndarray, field: str, value: float, trace: Trace) -> None:
+def _require_rows(keep: np.ndarray, field: str, value: float, t: np.ndarray) -> None:
     if not keep.any():
-        span = float(trace.arrival_time_s[-1] - trace.arrival_time_s[0])
+        span = float(t.max() - t[0])
         raise ConfigError(
             field, value, f"keeps 0 requests (the trace spans {span:.1f} s from its first arrival)"
         )

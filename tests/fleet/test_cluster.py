@@ -4,6 +4,7 @@ scheduler and however small the KV pool; the horizon, rejections and the closed 
 import numpy as np
 import pytest
 
+from sim.errors import ConfigError
 from sim.run import simulate
 from sim.workload.source import build_workload
 from tests.scenarios import RANDOM, SCHEDULERS, TINY_KV
@@ -58,23 +59,28 @@ def test_preempted_recompute_larger_than_token_budget(scheduler):
     assert fits.summary["num_preemptions"] >= 1
     assert fits.summary["completed"] == 20
     assert_good_run(fits, 9)
-    # One more output token and that recompute could never be scheduled: rejected up front.
-    too_long = simulate(
-        compose(
-            *scheduler,
-            "fleet.replicas=1",
-            "workload=poisson",
-            "workload.num_requests=20",
-            "workload.qps=100",
-            "workload.prompt_tokens=40",
-            "workload.output_tokens=27",
-            "kv.num_blocks=9",
-            "kv.block_size=16",
-            "scheduler.max_num_batched_tokens=64",
-            "sim.progress=false",
+    # One more output token and that recompute could never be scheduled: every request would
+    # be rejected, so the run is refused before it starts.
+    with pytest.raises(
+        ConfigError,
+        match=r"^workload.prompt_tokens=40: every request is refused.*"
+        r"max_num_batched_tokens \(64\)",
+    ):
+        simulate(
+            compose(
+                *scheduler,
+                "fleet.replicas=1",
+                "workload=poisson",
+                "workload.num_requests=20",
+                "workload.qps=100",
+                "workload.prompt_tokens=40",
+                "workload.output_tokens=27",
+                "kv.num_blocks=9",
+                "kv.block_size=16",
+                "scheduler.max_num_batched_tokens=64",
+                "sim.progress=false",
+            )
         )
-    )
-    assert too_long.summary["rejected"] == 20
 
 
 def test_horizon_leaves_requests_unfinished():
@@ -109,23 +115,21 @@ def test_horizon_leaves_requests_unfinished():
     assert (steps["start_time_s"] + steps["duration_s"]).max() < 3.0
 
 
-def test_request_too_big_for_kv_is_rejected():
-    result = simulate(
-        compose(
-            "fleet.replicas=1",
-            "workload=poisson",
-            "workload.num_requests=5",
-            "workload.prompt_tokens=5000",
-            "workload.output_tokens=10",
-            "kv.num_blocks=10",
-            "sim.progress=false",
+def test_a_workload_whose_every_request_never_fits_is_refused():
+    with pytest.raises(ConfigError) as err:
+        simulate(
+            compose(
+                "fleet.replicas=1",
+                "workload=poisson",
+                "workload.num_requests=5",
+                "workload.prompt_tokens=5000",
+                "workload.output_tokens=10",
+                "kv.num_blocks=10",
+                "sim.progress=false",
+            )
         )
-    )
-    req = columns(result.requests)
-    assert list(req["status"]) == ["rejected"] * 5
-    assert result.summary["rejected"] == 5 and result.summary["completed"] == 0
-    assert np.all(np.isnan(req["first_token_time_s"]))
-    assert result.steps.num_rows == 0
+    assert str(err.value).startswith("workload.prompt_tokens=5000: every request is refused")
+    assert "never fit in a replica's KV cache (144 tokens for one request)" in str(err.value)
 
 
 def test_exactly_the_requests_that_never_fit_are_rejected():
@@ -170,9 +174,9 @@ def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
 
 
 @pytest.mark.parametrize("think_time_s", [0.0, 0.05])
-def test_closed_loop_issues_exactly_num_requests_even_when_all_are_rejected(think_time_s):
-    # Every request is rejected (prompt + output never fits the 8-block pool): each rejection
-    # releases the next request, and the loop must stop at exactly num_requests.
+def test_closed_loop_issues_exactly_num_requests_even_when_most_are_rejected(think_time_s):
+    # Most requests are rejected (prompt + output never fits the 8-block pool, 7 usable): each
+    # rejection releases the next request, and the loop must stop at exactly num_requests.
     result = simulate(
         compose(
             "fleet.replicas=1",
@@ -180,11 +184,16 @@ def test_closed_loop_issues_exactly_num_requests_even_when_all_are_rejected(thin
             "workload.concurrency=4",
             "workload.num_requests=10",
             f"workload.think_time_s={think_time_s}",
-            "workload.prompt_tokens=200",
+            "workload.prompt_tokens={dist:uniform,low:1,high:400}",
             "workload.output_tokens=10",
             "kv.num_blocks=8",
             "sim.progress=false",
         )
     )
+    req = columns(result.requests)
+    fits = req["prompt_tokens"] + 10 <= 7 * 16
     assert result.summary["num_requests"] == 10
-    assert result.summary["rejected"] == 10
+    assert result.summary["rejected"] == int((~fits).sum()) >= 5
+    assert result.summary["completed"] == int(fits.sum()) >= 1
+    assert list(req["reject_reason"][~fits]) == ["kv_capacity"] * int((~fits).sum())
+    assert result.summary["rejected_by_reason"] == {"kv_capacity": int((~fits).sum())}

@@ -189,14 +189,17 @@ def test_colocated_run_names_the_second_model_and_its_share():
 
 
 def test_run_with_nothing_completed_prints_dashes():
+    # the horizon comes before the first step (a 5000-token prefill) ends
     result = simulate(
         compose(
             "fleet.replicas=1",
-            "workload=poisson",
+            "workload=constant",
+            "workload.qps=2000",
             "workload.num_requests=5",
             "workload.prompt_tokens=5000",
             "workload.output_tokens=10",
-            "kv.num_blocks=10",
+            "kv.num_blocks=400",
+            "sim.horizon_s=0.004",
             "hardware.usd_per_gpu_hour=2.5",
             "sim.progress=false",
         )
@@ -205,7 +208,7 @@ def test_run_with_nothing_completed_prints_dashes():
     text = format_summary(result.summary, result.config)
     lines = text.splitlines()
     assert lines[1] == (
-        "requests: 5 (0 completed, 5 rejected, 0 unfinished), 0 preemptions, 0.0 s simulated"
+        "requests: 5 (0 completed, 0 rejected, 5 unfinished), 0 preemptions, 0.0 s simulated"
     )
     for (label, _), row in zip(LATENCY_ROWS, lines[4:9], strict=True):
         assert cells(row) == [label, "-", "-", "-", "-", "-"]
@@ -213,7 +216,7 @@ def test_run_with_nothing_completed_prints_dashes():
         "",
         "throughput: - req/s, - output tok/s, - total tok/s",
         "goodput:    - req/s meeting SLO (ttft <= 2 s, tpot <= 0.1 s)",
-        "KV cache:   160 tokens per replica, mean use -%, peak -%",  # 10 blocks x 16
+        "KV cache:   6,400 tokens per replica, mean use -%, peak -%",  # 400 blocks x 16
         "cost:       $2.50/hour, $- per million output tokens",
     ]
 

@@ -27,6 +27,13 @@ from sim.engine.request import COMPLETED, RUNNING, WAITING, Request
 from sim.engine.scheduler.plan import StepPlan
 from sim.errors import require
 
+# Why a scheduler refuses a request outright (``requests.parquet`` reject_reason,
+# ``summary.json`` rejected_by_reason), checked in this order:
+CONTEXT_LENGTH = "context_length"  # longer than the model's context (vLLM answers with an error)
+KV_CAPACITY = "kv_capacity"  # never fits in the KV cache, even alone
+PREFILL_BUDGET = "prefill_budget"  # an unchunked prefill beyond the step's token budget
+REFUSALS = (CONTEXT_LENGTH, KV_CAPACITY, PREFILL_BUDGET)
+
 
 class Scheduler:
     """Base class. ``max_num_seqs`` caps running requests, ``max_num_batched_tokens`` the
@@ -61,25 +68,49 @@ class Scheduler:
     # -- admission -------------------------------------------------------------------------
 
     def rejection_reason(self, request: Request) -> str | None:
-        """Why ``request`` can never run on this replica, or None if it can."""
-        total = request.prompt_tokens + request.output_tokens
+        """Why ``request`` can never run on this replica (one of ``REFUSALS``), or None."""
+        return self.refusal(request.prompt_tokens, request.output_tokens)
+
+    def refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        """Why a request of these lengths can never run here (the first of ``REFUSALS`` that
+        applies), or None if it can."""
+        total = prompt_tokens + output_tokens
         if self.max_model_len is not None and total > self.max_model_len:
-            return f"{total} tokens exceed the model's max context {self.max_model_len}"
+            return CONTEXT_LENGTH
         if not self.kv.can_ever_hold(total):
-            return f"{total} tokens never fit in {self.kv.capacity_tokens} KV tokens"
-        if not self.chunked_prefill:
-            # Without chunking a prefill runs whole: the prompt, or, for a request preempted
-            # late, every token but its last (vLLM demands max_num_batched_tokens >=
-            # max_model_len for the same reason).
-            longest = request.prompt_tokens
-            if self.may_preempt:
-                longest = max(longest, request.prompt_tokens + request.output_tokens - 2)
-            if longest > self.max_num_batched_tokens:
-                return (
-                    f"a prefill of {longest} tokens exceeds max_num_batched_tokens "
-                    f"{self.max_num_batched_tokens} without chunked prefill"
-                )
+            return KV_CAPACITY
+        if not self.chunked_prefill and self._whole_prefill(prompt_tokens, total) > (
+            self.max_num_batched_tokens
+        ):
+            return PREFILL_BUDGET
         return None
+
+    def _whole_prefill(self, prompt_tokens: int, total: int) -> int:
+        """The longest prefill a request runs in one step without chunking: its prompt, or, for
+        a request preempted late, every token but its last (vLLM demands
+        max_num_batched_tokens >= max_model_len for the same reason)."""
+        if self.may_preempt:
+            return max(prompt_tokens, total - 2)
+        return prompt_tokens
+
+    def refusal_text(self, reason: str) -> str:
+        """What ``reason`` means on this replica, with its limit and what would lift it."""
+        if reason == CONTEXT_LENGTH:
+            return (
+                f"prompt + output tokens above the model's max context"
+                f" ({self.max_model_len:,} tokens)"
+            )
+        if reason == KV_CAPACITY:
+            return (
+                f"prompt + output tokens never fit in a replica's KV cache"
+                f" ({self.kv.max_request_tokens:,} tokens for one request); raise fleet.tp, set"
+                " precision.kv=fp8, or choose a GPU with more memory"
+            )
+        assert reason == PREFILL_BUDGET, f"no such refusal: {reason}"
+        return (
+            f"a whole prefill above scheduler.max_num_batched_tokens"
+            f" ({self.max_num_batched_tokens:,}) without chunked prefill; raise it, or chunk"
+        )
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)

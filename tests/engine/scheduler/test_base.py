@@ -4,6 +4,7 @@ at once equal to stepping one by one."""
 import pytest
 
 from sim.engine.kv_cache import KVCache
+from sim.engine.scheduler.base import CONTEXT_LENGTH, KV_CAPACITY, PREFILL_BUDGET
 from sim.engine.scheduler.prefill_first import PrefillFirstScheduler
 from sim.engine.scheduler.sarathi import SarathiScheduler
 from sim.engine.scheduler.vllm import VLLMScheduler
@@ -15,21 +16,27 @@ def test_rejection_reasons():
     chunked = VLLMScheduler(kv, max_num_batched_tokens=8, max_model_len=10)
     whole = VLLMScheduler(KVCache(100, 2), max_num_batched_tokens=8, enable_chunked_prefill=False)
     assert chunked.rejection_reason(req(0, 5, 3)) is None  # 8 tokens = 4 blocks
-    assert "never fit" in chunked.rejection_reason(req(0, 6, 3))
-    assert "max context 10" in chunked.rejection_reason(req(0, 6, 5))
+    assert chunked.rejection_reason(req(0, 6, 3)) == KV_CAPACITY  # 9 tokens = 5 blocks
+    assert chunked.rejection_reason(req(0, 6, 5)) == CONTEXT_LENGTH  # 11 > 10, checked first
+    assert "(10 tokens)" in chunked.refusal_text(CONTEXT_LENGTH)
+    assert "(8 tokens for one request)" in chunked.refusal_text(KV_CAPACITY)
     # without chunking, a prefill runs whole: the prompt, or prompt + output - 2 tokens when a
     # request preempted before its last token recomputes
     assert whole.rejection_reason(req(0, 7, 3)) is None
-    reason = whole.rejection_reason(req(0, 8, 3))
-    assert "a prefill of 9 tokens" in reason and "max_num_batched_tokens" in reason
+    assert whole.rejection_reason(req(0, 8, 3)) == PREFILL_BUDGET  # a prefill of 9 tokens
+    assert "max_num_batched_tokens (8)" in whole.refusal_text(PREFILL_BUDGET)
     # a chunked scheduler splits the same prompt instead
     assert (
         VLLMScheduler(KVCache(100, 2), max_num_batched_tokens=8).rejection_reason(req(0, 9, 3))
         is None
     )
-    assert "max_num_batched_tokens" in PrefillFirstScheduler(
-        KVCache(100, 2), max_num_batched_tokens=8
-    ).rejection_reason(req(0, 9, 1))
+    # a scheduler that never chunks refuses the prompt itself
+    assert (
+        PrefillFirstScheduler(KVCache(100, 2), max_num_batched_tokens=8).rejection_reason(
+            req(0, 9, 1)
+        )
+        == PREFILL_BUDGET
+    )
 
 
 def test_rejection_counts_the_watermark():
