@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from sim.catalog.hardware import GPU
-from sim.catalog.model import ModelSpec, bytes_per_element
+from sim.catalog.model import PRECISION_BYTES, ModelSpec, bytes_per_element
 from sim.errors import ConfigError, require
 
 _GIB = 2**30  # the reserve is configured in GiB, as vLLM and nvidia-smi report it
@@ -76,6 +76,60 @@ def _check_tp(model: ModelSpec, tp: int) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Budget:
+    """What one replica must fit in each GPU: the weights, the reserve and ``kv_blocks`` KV
+    blocks (none when the user set the number of blocks)."""
+
+    model: ModelSpec
+    gpu: GPU
+    weights_precision: str
+    kv_bytes_per_element: float
+    block_size: int
+    reserve_bytes: float
+    kv_blocks: int
+
+    def fits(
+        self,
+        tp: int,
+        utilization: float,
+        weights_precision: str | None = None,
+        reserve_bytes: float | None = None,
+    ) -> bool:
+        precision = weights_precision or self.weights_precision
+        reserve = self.reserve_bytes if reserve_bytes is None else reserve_bytes
+        weights = self.model.weight_bytes(PRECISION_BYTES[precision]) / tp
+        kv = (
+            self.kv_blocks
+            * self.block_size
+            * self.model.kv_bytes_per_token(self.kv_bytes_per_element, tp)
+        )
+        return weights + reserve + kv <= self.gpu.memory_bytes * utilization
+
+    def what_fits(self, tp: int, utilization: float) -> str:
+        """The nearest settings that make it fit, each changed alone, as a hint."""
+        heads, kv_heads = self.model.num_attention_heads, self.model.num_kv_heads
+        fits = []
+        for t in range(tp + 1, heads + 1):
+            splits = heads % t == 0 and (kv_heads % t == 0 if t <= kv_heads else t % kv_heads == 0)
+            if splits and self.fits(t, utilization):
+                fits.append(f"fleet.tp={t}")
+                break
+        for precision in ("fp8", "fp4"):
+            smaller = PRECISION_BYTES[precision] < PRECISION_BYTES[self.weights_precision]
+            computes = self.gpu.dense_flops_per_s.get(precision) is not None
+            if smaller and computes and self.fits(tp, utilization, weights_precision=precision):
+                fits.append(f"precision.weights={precision}")
+                break
+        if utilization < 0.95 and self.fits(tp, 0.95):
+            fits.append("memory.gpu_memory_utilization=0.95")
+        if self.reserve_bytes > 0 and self.fits(tp, utilization, reserve_bytes=0.0):
+            fits.append("a smaller memory.activation_reserve_gib")
+        if not fits:
+            return "no one change of fleet.tp, precision.weights or memory.* fits: a larger GPU"
+        return "it fits with " + " or ".join(fits)
+
+
 def plan_memory(
     model: ModelSpec,
     gpu: GPU,
@@ -105,28 +159,37 @@ def plan_memory(
     reserve = activation_reserve_gib * _GIB
     kv_per_token = model.kv_bytes_per_token(kv_bpe, tp)
 
-    if weights_per_gpu > usable:
+    kv_free = usable - weights_per_gpu - reserve
+    one_block = block_size * kv_per_token
+    if (num_blocks is None and kv_free < one_block) or weights_per_gpu > usable:
+        # what does not fit: the weights alone, or with the reserve and one KV block
+        budget = _Budget(
+            model,
+            gpu,
+            weights_precision,
+            kv_bpe,
+            block_size,
+            reserve if num_blocks is None else 0.0,
+            1 if num_blocks is None else 0,
+        )
+        if weights_per_gpu > usable:
+            what, needed = "weights", weights_per_gpu
+        else:
+            what, needed = (
+                "weights, reserve and one KV block",
+                weights_per_gpu + reserve + one_block,
+            )
         raise ConfigError(
             "hardware",
             gpu.name,
-            f"{model.short_name} weights at {weights_precision} need "
-            f"{weights_per_gpu / _GB:.1f} GB per GPU with tp={tp} but only "
-            f"{usable / _GB:.1f} GB are usable; "
-            "raise fleet.tp or lower precision.weights",
+            f"{model.short_name} {what} at {weights_precision} need {needed / _GB:.1f} GB per"
+            f" GPU with tp={tp}, {(needed - usable) / _GB:.1f} GB more than the"
+            f" {usable / _GB:.1f} GB usable (memory.gpu_memory_utilization="
+            f"{gpu_memory_utilization:g} of {gpu.memory_bytes / _GB:.0f} GB); "
+            + budget.what_fits(tp, gpu_memory_utilization),
         )
-    kv_free = usable - weights_per_gpu - reserve
     if num_blocks is None:
-        num_blocks = math.floor(max(kv_free, 0.0) / (block_size * kv_per_token))
-        if num_blocks < 1:
-            raise ConfigError(
-                "hardware",
-                gpu.name,
-                f"{model.short_name} weights at {weights_precision} "
-                f"({weights_per_gpu / _GB:.1f} GB per GPU with tp={tp}) plus the "
-                f"{activation_reserve_gib} GiB reserve leave {max(kv_free, 0.0) / _GB:.2f} GB of "
-                f"the {usable / _GB:.1f} GB usable, less than one KV block; raise fleet.tp, lower "
-                "precision.weights or memory.activation_reserve_gib",
-            )
+        num_blocks = math.floor(kv_free / one_block)
 
     return MemoryPlan(
         tp=tp,

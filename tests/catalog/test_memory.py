@@ -102,15 +102,30 @@ def test_70b_bf16_on_one_80gb_gpu_is_refused_in_one_line():
     assert "\n" not in message
     assert err.value.field == "hardware"
     assert "H100-SXM" in message
+    # how short it is, and the nearest settings that fit (checked with the same arithmetic)
     assert message == (
-        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 141.2 GB per GPU with tp=1 "
-        "but only 72.0 GB are usable; raise fleet.tp or lower precision.weights"
+        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 141.2 GB per GPU with tp=1, "
+        "69.2 GB more than the 72.0 GB usable (memory.gpu_memory_utilization=0.9 of 80 GB); "
+        "it fits with fleet.tp=4"  # fp8 at tp=1 is still short; an H100 has no fp4
     )
+    assert plan(model=LLAMA70B, tp=4).num_blocks >= 1
+    with pytest.raises(ConfigError):
+        plan(model=LLAMA70B, weights="fp8")
+    with pytest.raises(ConfigError):
+        plan(model=LLAMA70B, tp=2)  # the nearest tp is 4: 2 is still short
 
 
 def test_70b_at_tp2_leaves_no_kv_room_and_tp4_fits():
-    with pytest.raises(ConfigError, match=r"^hardware='H100-SXM': .*less than one KV block"):
+    with pytest.raises(ConfigError) as err:
         plan(model=LLAMA70B, tp=2)
+    assert str(err.value) == (
+        "hardware='H100-SXM': Llama-3.1-70B weights, reserve and one KV block at bf16 need 72.8 GB"
+        " per GPU with tp=2, 0.8 GB more than the 72.0 GB usable (memory.gpu_memory_utilization"
+        "=0.9 of 80 GB); it fits with fleet.tp=4 or precision.weights=fp8 or"
+        " memory.gpu_memory_utilization=0.95 or a smaller memory.activation_reserve_gib"
+    )
+    for fix in (dict(weights="fp8"), dict(gpu_memory_utilization=0.95)):
+        assert plan(model=LLAMA70B, tp=2, **fix).num_blocks >= 1
     p = plan(model=LLAMA70B, tp=4)
     assert p.weight_bytes_per_gpu == 35.3e9
     assert p.kv_bytes_per_token_per_gpu == 2 * 80 * 2 * 128 * 2 == 81_920
