@@ -38,8 +38,8 @@ from sim.output.run_files import (
     config_text,
     to_json,
 )
-from sim.output.step_log import SPILL_BYTES, STEPS_SCHEMA, StepLog
-from sim.output.tables import MemorySink, ParquetSink, Spill, TableSink
+from sim.output.step_log import StepLog
+from sim.output.tables import MemorySink, ParquetSink, TableSink
 from sim.workload.source import build_workload
 
 STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by replica
@@ -51,6 +51,8 @@ if TYPE_CHECKING:  # tqdm is imported only when a progress bar is shown
 def _progress_callback(
     setting: bool | str, total: int
 ) -> tuple[Callable[[Request], None] | None, tqdm[Any] | None]:
+    """A progress bar on stderr: requests ended of ``total``, the simulated time reached, and
+    tqdm's rate and ETA (requests end at a steady pace once a run is under way)."""
     if setting is False or (setting == "auto" and not sys.stderr.isatty()):
         return None, None
     from tqdm import tqdm
@@ -59,13 +61,26 @@ def _progress_callback(
     every = max(1, total // 200)  # ~200 updates: cheap, yet smooth
     count = 0
 
-    def on_done(_request: Request) -> None:
+    def on_done(request: Request) -> None:
         nonlocal count
         count += 1
         if count % every == 0:
+            now = request.completion_time_s or request.arrival_time_s
+            bar.set_postfix_str(f"simulated {_clock(now)}", refresh=False)
             bar.update(every)
 
     return on_done, bar
+
+
+def _clock(seconds: float) -> str:
+    """Simulated time as a reader wants it: ``42 s``, ``17.5 min``, ``3.2 h``, ``12.4 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def simulate(
@@ -119,7 +134,7 @@ def simulate(
     step_log = StepLog(
         run.output.steps,
         [d.memory.num_blocks for d in placement.deployments],
-        None if folder is None else Spill(STEPS_SCHEMA, folder.temporary(STEPS_SPILL), SPILL_BYTES),
+        None if folder is None else folder.temporary(STEPS_SPILL),
         run.output.step_bucket_s,
     )
     requests_sink: TableSink

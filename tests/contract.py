@@ -7,9 +7,13 @@ problems found, one line each; an empty list is a good run. Only pyarrow, numpy 
 
 Invariants: every request appears exactly once with a known status; the summary's counts and
 percentiles agree with the table; a completed request's times are ordered and its TTFT, E2E,
-TPOT and ITL follow their definitions; a rejected request has no token; steps of a replica never
-overlap and last > 0 s; KV blocks in use never exceed the pool; every output token after the
-first came from a decode step and every prompt token of a completed request was prefilled.
+TPOT and ITL follow their definitions; a rejected request has no token and says why (a known
+``reject_reason``, counted in ``rejected_by_reason``), no other request has a reason; steps of a
+replica never overlap and last > 0 s; KV blocks in use never exceed the pool; every output token
+after the first came from a decode step and every prompt token of a completed request was
+prefilled. A run whose steps are bucketed (``output.steps=bucketed``) keeps the step invariants
+that survive summing: token counts, the step count, KV peaks within the pool; with
+``output.steps=none`` there are no step rows to check.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ SUMMARY_KEYS = (
     "cost",
 )
 STATUSES = {"completed", "rejected", "unfinished"}
+REJECT_REASONS = {"context_length", "kv_capacity", "prefill_budget"}
 EPS = 1e-9
 
 
@@ -84,10 +89,12 @@ def table_problems(
     *,
     kv_blocks_per_model: list[int] | None = None,
     prefix_caching: bool = False,
+    steps_mode: str = "full",
 ) -> list[str]:
     """The invariants on a run's two tables and its summary (see the module docstring).
 
-    ``kv_blocks_per_model`` is each model's KV pool in blocks (None: not checked)."""
+    ``kv_blocks_per_model`` is each model's KV pool in blocks (None: not checked);
+    ``steps_mode`` is the run's ``output.steps``."""
     bad = [f"requests lack column {c}" for c in REQUEST_COLUMNS if c not in requests.column_names]
     bad += [f"steps lack column {c}" for c in STEP_COLUMNS if c not in steps.column_names]
     bad += [f"summary lacks {k}" for k in SUMMARY_KEYS if k not in summary]
@@ -135,6 +142,17 @@ def table_problems(
         bad.append("a rejected request has a token")
     if not np.all(np.isnan(end[~done])):
         bad.append("a request that did not complete has a completion time")
+    if "reject_reason" in req:
+        reasons = req["reject_reason"]
+        given = np.array([r is not None for r in reasons], dtype=bool)
+        if np.any(given != rejected):
+            bad.append("reject_reason is not set exactly for the rejected requests")
+        named = {r for r in reasons[given]}
+        if not named <= REJECT_REASONS:
+            bad.append(f"unknown reject_reason {named - REJECT_REASONS}")
+        counted = {r: int((reasons[given] == r).sum()) for r in named}
+        if summary.get("rejected_by_reason", counted) != counted:
+            bad.append(f"summary rejected_by_reason={summary['rejected_by_reason']} but {counted}")
     for stat, value in zip(
         STATS[1:],
         np.percentile(req["ttft_s"][done], [50, 90, 95, 99]) if done.any() else [None] * 4,
@@ -144,12 +162,19 @@ def table_problems(
         if (value is None) != (got is None) or (value is not None and abs(got - value) > 1e-9):
             bad.append(f"summary ttft_s.{stat}={got} but the table gives {value}")
     # steps
-    if len(st["duration_s"]) and np.any(st["duration_s"] <= 0):
+    if steps_mode == "none":
+        if len(st["duration_s"]):
+            bad.append("output.steps=none but steps.parquet has rows")
+        return bad
+    if steps_mode == "bucketed":
+        if int(st["num_steps"].sum()) != summary["num_steps"]:
+            bad.append("the buckets' num_steps do not add up to the summary's")
+    elif len(st["duration_s"]) and np.any(st["duration_s"] <= 0):
         bad.append("a step lasts <= 0 s")
     if np.any(st["num_seqs"] < 1):
         bad.append("a step holds no sequence")
     model_ids = st.get("model_id", np.zeros(len(st["duration_s"]), dtype=np.int64))
-    for rid in np.unique(st["replica_id"]):
+    for rid in np.unique(st["replica_id"]) if steps_mode == "full" else ():
         mine = st["replica_id"] == rid
         order = np.argsort(st["start_time_s"][mine], kind="stable")
         start = st["start_time_s"][mine][order]
@@ -196,4 +221,5 @@ def run_problems(run_dir: str | Path) -> list[str]:
         pq.read_table(run / "steps.parquet"),
         summary,
         kv_blocks_per_model=[c // block_size for c in capacities],
+        steps_mode=(config.get("output") or {}).get("steps", "full"),
     )

@@ -4,6 +4,9 @@ gives the same bytes, and written runs keep the interface contract and its invar
 
 import json
 import shutil
+import subprocess
+import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +17,9 @@ from sim.run import simulate
 from tests.contract import run_problems
 from tests.scenarios import RANDOM, TINY_KV
 from tests.support import compose
+
+# a run of several seconds, long enough to be killed while it writes
+LONG = ["workload=poisson", "workload.num_requests=200000", "workload.qps=50", "sim.progress=false"]
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
@@ -121,3 +127,47 @@ def test_the_contract_check_catches_a_missing_file_and_a_temporary_one(good_run,
     assert any("temporary files" in p for p in run_problems(out))
     (out / "summary.json").unlink()
     assert run_problems(out) == ["missing summary.json"]
+
+
+def test_a_failed_run_leaves_no_temporaries_and_no_summary(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    simulate(compose(*RANDOM), out)  # an earlier run's files
+
+    def fail_midway(self):
+        self.env.run(until=1.0)
+        raise RuntimeError("the machine went away")
+
+    monkeypatch.setattr("sim.fleet.cluster.Cluster.run", fail_midway)
+    with pytest.raises(RuntimeError):
+        simulate(compose(*RANDOM), out)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml",
+        "requests.parquet",
+        "steps.parquet",
+    ]
+
+
+def test_a_killed_run_leaves_no_summary_and_the_next_run_no_temporaries(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", *LONG, f"output_dir={out}"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.glob(".*.partial")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # midway through the run, its tables streaming
+    finally:
+        proc.kill()
+        proc.wait()
+    assert list(out.glob(".*.partial")), "the run was killed before it began writing"
+    assert not (out / "summary.json").exists()
+    finished = subprocess.run(
+        [sys.executable, "-m", "sim", *RANDOM, f"output_dir={out}"], cwd=tmp_path, check=True
+    )
+    assert finished.returncode == 0
+    assert not list(out.glob(".*.partial"))
+    assert run_problems(out) == []

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -64,35 +65,62 @@ BUCKETED_STEPS_SCHEMA = pa.schema(
 STEP_MODES = ("full", "bucketed", "none")
 FLUSH_ROWS = 65536  # rows a replica holds before they are taken (~3 MB)
 SPILL_BYTES = 64 * 1024 * 1024  # pieces kept in memory before they go to the spill file
+SUM_BLOCK_ROWS = 65536  # a replica's rows summed at a time for the totals (see StepTotals)
 
 
-@dataclass
 class StepTotals:
-    """What the summary reads of the steps, whatever ``output.steps`` keeps."""
+    """What the summary reads of the steps, whatever ``output.steps`` keeps.
 
-    num_steps: int = 0
-    busy_s: float = 0.0  # the steps' durations, summed
-    kv_busy_s: float = 0.0  # each step's share of its model's KV pool times its duration
-    kv_peak: float | None = None  # the largest share
-    end_s: float | None = None  # when the last step ended
-    _busy: list[float] = field(default_factory=list, repr=False)
-    _kv_busy: list[float] = field(default_factory=list, repr=False)
+    The sums must not depend on when rows were handed over (that moves with
+    ``sim.fast_forward_decode``, which must not change a file): each replica's rows are summed
+    in fixed blocks of ``SUM_BLOCK_ROWS`` consecutive rows, counted from its first step, and the
+    blocks' sums are added exactly (``math.fsum``). Counts and extremes need no such care.
+    """
 
-    def add(self, columns: dict[str, np.ndarray], kv_share: np.ndarray) -> None:
+    def __init__(self) -> None:
+        self.num_steps = 0
+        self.kv_peak: float | None = None  # the largest share of a model's KV pool in use
+        self.end_s: float | None = None  # when the last step ended
+        self._block_sums: list[tuple[float, float]] = []  # (busy, kv busy) per block
+        self._open: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # replica -> rows of its block
+
+    def add(self, replica_id: int, columns: dict[str, np.ndarray], kv_share: np.ndarray) -> None:
         n = len(kv_share)
         if n == 0:
             return
         self.num_steps += n
         duration = columns["duration_s"]
-        self._busy.append(float(duration.sum()))
-        self._kv_busy.append(float((kv_share * duration).sum()))
-        # exactly rounded sums of the pieces' sums: independent of how many pieces there were
-        self.busy_s = math.fsum(self._busy)
-        self.kv_busy_s = math.fsum(self._kv_busy)
         peak = float(kv_share.max())
         self.kv_peak = peak if self.kv_peak is None else max(self.kv_peak, peak)
         end = float((columns["start_time_s"] + duration).max())
         self.end_s = end if self.end_s is None else max(self.end_s, end)
+        held_busy, held_kv = self._open.pop(replica_id, (np.empty(0), np.empty(0)))
+        busy = np.concatenate([held_busy, duration])
+        kv_busy = np.concatenate([held_kv, kv_share * duration])
+        whole = len(busy) // SUM_BLOCK_ROWS * SUM_BLOCK_ROWS
+        if whole:
+            blocks = (-1, SUM_BLOCK_ROWS)
+            self._block_sums += zip(
+                busy[:whole].reshape(blocks).sum(axis=1).tolist(),
+                kv_busy[:whole].reshape(blocks).sum(axis=1).tolist(),
+                strict=True,
+            )
+        self._open[replica_id] = (busy[whole:], kv_busy[whole:])
+
+    def _sums(self) -> list[tuple[float, float]]:
+        """Every block's sums, the replicas' last, partial blocks included."""
+        last = [(float(b.sum()), float(k.sum())) for b, k in self._open.values() if len(b)]
+        return self._block_sums + last
+
+    @property
+    def busy_s(self) -> float:
+        """The steps' durations, summed."""
+        return math.fsum(busy for busy, _ in self._sums())
+
+    @property
+    def kv_busy_s(self) -> float:
+        """Each step's share of its model's KV pool times its duration, summed."""
+        return math.fsum(kv for _, kv in self._sums())
 
 
 @dataclass
@@ -110,17 +138,18 @@ class StepLog:
         self,
         mode: str,
         kv_num_blocks: Sequence[int],
-        spill: Spill | None = None,
+        spill_path: Path | None = None,
         bucket_s: float = 60.0,
     ) -> None:
-        """``kv_num_blocks[m]`` is model ``m``'s KV pool in blocks."""
+        """``kv_num_blocks[m]`` is model ``m``'s KV pool in blocks; pieces beyond
+        ``SPILL_BYTES`` go to ``spill_path`` (None: they all stay in memory)."""
         assert mode in STEP_MODES, f"output.steps: {mode}"
         self.mode = mode
         self.bucket_s = bucket_s
         self.schema = BUCKETED_STEPS_SCHEMA if mode == "bucketed" else STEPS_SCHEMA
         self.totals = StepTotals()
         self._kv_blocks = np.asarray(kv_num_blocks, dtype=np.float64)
-        self._spill = spill if spill is not None else Spill(self.schema, None, SPILL_BYTES)
+        self._spill = Spill(self.schema, spill_path, SPILL_BYTES)
         self._open: dict[int, dict[int, _OpenBucket]] = {}  # replica -> model -> bucket
 
     def flush(self, replica_id: int, recorders: Sequence[tuple[int, StepRecorder]]) -> None:
@@ -130,7 +159,7 @@ class StepLog:
             return
         columns = _merge(taken)
         kv_share = columns["kv_blocks_used"] / self._kv_blocks[columns["model_id"]]
-        self.totals.add(columns, kv_share)
+        self.totals.add(replica_id, columns, kv_share)
         if self.mode == "full":
             columns["replica_id"] = np.full(len(kv_share), replica_id, np.int32)
             self._spill.add(replica_id, _table(columns, STEPS_SCHEMA))

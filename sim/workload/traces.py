@@ -246,8 +246,8 @@ def load_trace(path: object, field: str = "workload.path") -> Trace:
         raise ConfigError(
             field,
             shown,
-            f"row {row + 1}, column arrival_time_s: {arrival[row]} is earlier than the row"
-            f" before ({arrival[row - 1]}); sort the trace by arrival time",
+            f"row {row + 1}, column arrival_time_s: {_show(arrival[row])} is earlier than the"
+            f" row before ({_show(arrival[row - 1])}); sort the trace by arrival time",
         )
     return Trace(
         arrival_time_s=arrival,

@@ -122,7 +122,7 @@ def _bad_cases(tmp_path: Path) -> list[tuple[dict, str, str]]:
         (
             trace(path=_csv(tmp_path, header + "0,1,1\n2,1,1\n1,1,1\n")),
             "workload.path",
-            "row 3, column arrival_time_s: 1.0 is earlier than the row before (2.0)",
+            "row 3, column arrival_time_s: 1 is earlier than the row before (2)",
         ),
         (trace(path=_csv(tmp_path, header + "-1,1,1\n")), "workload.path", "-1 must be >= 0"),
         (

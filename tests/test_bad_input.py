@@ -1,0 +1,312 @@
+"""The README's promise about bad input, row by row: every bad config value and every malformed
+trace below stops ``fleetcast`` with exit status 2 and one line on stderr, ``error: `` and then
+the field (or the trace file) with its value, no traceback, and no summary.json.
+
+The rows run in this process (``sim.cli.main``, as the command calls it); a few run as real
+subprocesses too, where an uncaught exception would print a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.cli import main
+from tests.support import fleetcast
+
+HEADER = "arrival_time_s,prompt_tokens,output_tokens\n"
+POISSON = ["workload=poisson", "workload.num_requests=5"]
+
+# (id, overrides, what the error line starts with after "error: ")
+CONFIG_VALUES: list[tuple[str, list[str], str]] = [
+    # types first: text, fractions and non-booleans where a number, an integer or a bool belongs
+    ("watermark text", ["kv.watermark=abc"], "kv.watermark='abc'"),
+    ("max_num_seqs text", ["scheduler.max_num_seqs=abc"], "scheduler.max_num_seqs='abc'"),
+    (
+        "constant seconds text",
+        ["step_time=constant", "step_time.seconds=abc"],
+        "step_time.seconds=",
+    ),
+    ("linear c0 text", ["step_time=linear", "step_time.c0=abc"], "step_time.c0='abc'"),
+    ("max_num_seqs fraction", ["scheduler.max_num_seqs=2.5"], "scheduler.max_num_seqs=2.5"),
+    ("chunked prefill maybe", ["scheduler.enable_chunked_prefill=maybe"], "scheduler.enable_chu"),
+    ("fast forward maybe", ["sim.fast_forward_decode=maybe"], "sim.fast_forward_decode="),
+    ("progress maybe", ["sim.progress=maybe"], "sim.progress='maybe'"),
+    ("tp text", ["fleet.tp=abc"], "fleet.tp='abc'"),
+    ("seed text", ["seed=abc"], "seed='abc'"),
+    ("replicas bool", ["fleet.replicas=true"], "fleet.replicas=True"),
+    # finite and bounded
+    ("constant seconds inf", ["step_time=constant", "step_time.seconds=inf"], "step_time.seconds="),
+    ("constant seconds nan", ["step_time=constant", "step_time.seconds=nan"], "step_time.seconds="),
+    ("replicas 1e30", ["fleet.replicas=1e30"], "fleet.replicas="),
+    ("num_requests 1e30", [*POISSON[:1], "workload.num_requests=1e30"], "workload.num_requests="),
+    ("prompt 1e30", [*POISSON, "workload.prompt_tokens=1e30"], "workload.prompt_tokens="),
+    ("prompt 3e9", [*POISSON, "workload.prompt_tokens=3000000000"], "workload.prompt_tokens="),
+    ("qps inf", [*POISSON, "workload.qps=inf"], "workload.qps="),
+    ("replicas 0", ["fleet.replicas=0"], "fleet.replicas=0"),
+    ("replicas negative", ["fleet.replicas=-1"], "fleet.replicas=-1"),
+    ("tp 3", ["fleet.tp=3"], "fleet.tp=3"),
+    ("block size 0", ["kv.block_size=0"], "kv.block_size=0"),
+    ("num_blocks negative", ["kv.num_blocks=-5"], "kv.num_blocks=-5"),
+    ("watermark 1.5", ["kv.watermark=1.5"], "kv.watermark=1.5"),
+    ("utilization 0", ["memory.gpu_memory_utilization=0"], "memory.gpu_memory_utilization=0"),
+    ("utilization 1.2", ["memory.gpu_memory_utilization=1.2"], "memory.gpu_memory_utilization="),
+    ("reserve negative", ["memory.activation_reserve_gib=-1"], "memory.activation_reserve_gib="),
+    ("qps negative", [*POISSON, "workload.qps=-1"], "workload.qps=-1"),
+    ("qps zero", [*POISSON, "workload.qps=0"], "workload.qps=0"),
+    ("output tokens zero", [*POISSON, "workload.output_tokens=0"], "workload.output_tokens=0"),
+    ("gamma cv zero", ["workload=gamma", "workload.cv=0"], "workload.cv=0"),
+    ("concurrency zero", ["workload=closed_loop", "workload.concurrency=0"], "workload.concur"),
+    ("rate scale zero", ["workload.rate_scale=0"], "workload.rate_scale=0"),
+    ("duration negative", ["workload.duration_s=-5"], "workload.duration_s=-5"),
+    ("horizon zero", ["sim.horizon_s=0"], "sim.horizon_s=0"),
+    ("seed negative", ["seed=-1"], "seed=-1"),
+    ("ttft slo negative", ["slo.ttft_s=-1"], "slo.ttft_s=-1"),
+    ("frontend negative", ["frontend.token_s=-1"], "frontend.token_s=-1"),
+    ("linear c0 negative", ["step_time=linear", "step_time.c0=-1"], "step_time.c0=-1"),
+    ("traffic share 2", ["placement=colocated", "placement.traffic_share=2"], "placement.traff"),
+    ("steps mode", ["output.steps=some"], "output.steps='some'"),
+    ("bucket zero", ["output.step_bucket_s=0"], "output.step_bucket_s=0"),
+    ("length dist unknown", [*POISSON, "workload.prompt_tokens={dist:nope}"], "workload.prompt"),
+    (
+        "uniform low above high",
+        [*POISSON, "workload.prompt_tokens={dist:uniform,low:10,high:5}"],
+        "workload.prompt_tokens",
+    ),
+    # unknown names and keys, with + too
+    ("unknown model", ["model=nonexistent"], "model='nonexistent'"),
+    ("unknown hardware", ["hardware=nonexistent"], "hardware='nonexistent'"),
+    ("unknown scheduler", ["scheduler=nonexistent"], "scheduler='nonexistent'"),
+    ("unknown router", ["router=nonexistent"], "router='nonexistent'"),
+    ("weights int4", ["precision.weights=int4"], "precision.weights='int4'"),
+    ("kv fp4", ["precision.kv=fp4"], "precision.kv='fp4'"),
+    ("plus fleet key", ["+fleet.bogus=1"], "fleet.bogus=1"),
+    ("plus memory key", ["+memory.bogus=1"], "memory.bogus=1"),
+    ("plus kv key", ["+kv.bogus=1"], "kv.bogus=1"),
+    ("plus scheduler key", ["+scheduler.bogus=1"], "scheduler.bogus=1"),
+    ("hardware key", ["hardware.bogus=1"], "hardware.bogus='1': unknown key in hardware=h100"),
+    ("top-level key", ["bogus=1"], "bogus='1': unknown key in config.yaml; known: cost,"),
+    # Hydra's grammar
+    ("unclosed brace", ["workload.qps={"], "workload.qps='{'"),
+    ("unclosed bracket", ["fleet.replicas=[1,2"], "fleet.replicas='[1,2'"),
+    # deployments that cannot be
+    ("70b on one a100", ["model=llama31_70b", "hardware=a100_80g"], "hardware='A100-80G-SXM'"),
+    ("fp4 on l40s", ["hardware=l40s", "precision.weights=fp4"], "precision.weights='fp4'"),
+    (
+        "every request beyond the context",
+        [*POISSON, "model=llama2_7b", "workload.prompt_tokens=8000"],
+        "workload.prompt_tokens=8000",
+    ),
+    (
+        "every request beyond the KV cache",
+        [*POISSON, "kv.num_blocks=10", "workload.prompt_tokens=1000"],
+        "workload.prompt_tokens=1000",
+    ),
+]
+
+
+def _text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _parquet(path: Path, **columns: list) -> Path:
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+# (id, makes the trace file in a folder, what the error says after the file's name)
+TRACES: list[tuple[str, Callable[[Path], Path], str]] = [
+    ("missing file", lambda d: d / "none.parquet", "file not found"),
+    ("directory", lambda d: d, "is a folder, not a file"),
+    ("empty csv", lambda d: _text(d / "t.csv", ""), "cannot read as CSV"),
+    ("header only", lambda d: _text(d / "t.csv", HEADER), "trace has no rows"),
+    (
+        "missing column",
+        lambda d: _text(d / "t.csv", "arrival_time_s,prompt_tokens\n0,1\n"),
+        "missing column(s) output_tokens",
+    ),
+    (
+        "text cell",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n1,abc,6\n"),
+        "row 2, column prompt_tokens: 'abc' is not a number",
+    ),
+    (
+        "empty cell",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n1,,6\n"),
+        "row 2, column prompt_tokens: empty or NaN",
+    ),
+    (
+        "negative tokens",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n1,10,-3\n"),
+        "row 2, column output_tokens: -3 must be >= 1",
+    ),
+    (
+        "zero tokens",
+        lambda d: _text(d / "t.csv", HEADER + "0,0,5\n"),
+        "row 1, column prompt_tokens: 0 must be >= 1",
+    ),
+    (
+        "fractional tokens",
+        lambda d: _text(d / "t.csv", HEADER + "0,2.5,5\n"),
+        "row 1, column prompt_tokens: 2.5 is not a whole number",
+    ),
+    (
+        "nan arrival",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\nnan,3,6\n"),
+        "row 2, column arrival_time_s: empty or NaN",
+    ),
+    (
+        "inf arrival",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\ninf,3,6\n"),
+        "row 2, column arrival_time_s: inf is not a finite time",
+    ),
+    (
+        "negative arrival",
+        lambda d: _text(d / "t.csv", HEADER + "-1,10,5\n"),
+        "row 1, column arrival_time_s: -1 must be >= 0",
+    ),
+    (
+        "unsorted",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n2,10,5\n1,10,5\n"),
+        "row 3, column arrival_time_s: 1 is earlier than the row before",
+    ),
+    (
+        "3e9-token prompt",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n1,3000000000,6\n"),
+        "row 2, column prompt_tokens: 3000000000 is above 2,147,483,647",
+    ),
+    (
+        "1e30-token prompt",
+        lambda d: _parquet(
+            d / "t.parquet", arrival_time_s=[0.0], prompt_tokens=[1e30], output_tokens=[1]
+        ),
+        "row 1, column prompt_tokens: 1e+30 is above 2,147,483,647",
+    ),
+    (
+        "beyond the model's context",
+        lambda d: _text(d / "t.csv", HEADER + "0,10,5\n1,300000,6\n"),
+        "row 2, columns prompt_tokens + output_tokens: 300,000 + 6 is refused",
+    ),
+    (
+        "parquet of text",
+        lambda d: _parquet(
+            d / "t.parquet", arrival_time_s=[0.0], prompt_tokens=["a"], output_tokens=[1]
+        ),
+        "row 1, column prompt_tokens: 'a' is not a number",
+    ),
+    (
+        "parquet of booleans",
+        lambda d: _parquet(
+            d / "t.parquet", arrival_time_s=[0.0], prompt_tokens=[True], output_tokens=[1]
+        ),
+        "row 1, column prompt_tokens: True is not a number",
+    ),
+    (
+        "garbage parquet",
+        lambda d: _text(d / "t.parquet", "\x00\x01 not parquet at all " * 20),
+        "cannot read as Parquet",
+    ),
+    (
+        "gzip that is not gzip",
+        lambda d: _text(d / "t.csv.gz", HEADER + "0,1,1\n"),
+        "cannot read as CSV",
+    ),
+    (
+        "gzip of a bad header",
+        lambda d: (d / "t.csv.gz").write_bytes(gzip.compress(b"a,b,c\n1,2,3\n")) and d / "t.csv.gz",
+        "missing column(s) arrival_time_s, prompt_tokens, output_tokens",
+    ),
+    (
+        "UTF-16 with its BOM",
+        lambda d: (d / "t.csv").write_bytes((HEADER + "0,1,1\n").encode("utf-16")) and d / "t.csv",
+        "t.csv",
+    ),
+]
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    return int(stopped.value.code or 0), capsys.readouterr().err
+
+
+def _assert_refused(code: int, stderr: str, starts: str, out: Path) -> None:
+    lines = stderr.splitlines()
+    assert code == 2, stderr
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"error: {starts}"), lines[0]
+    assert "Traceback" not in stderr
+    assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, starts", [row[1:] for row in CONFIG_VALUES], ids=[row[0] for row in CONFIG_VALUES]
+)
+def test_bad_config_values(overrides, starts, tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stderr = _run(["sim.progress=false", *overrides, f"output_dir={out}"], capsys)
+    _assert_refused(code, stderr, starts, out)
+
+
+@pytest.mark.parametrize("make, says", [row[1:] for row in TRACES], ids=[row[0] for row in TRACES])
+def test_malformed_traces(make, says, tmp_path, capsys):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    path = make(folder)
+    out = tmp_path / "run"
+    argv = ["workload=trace", f"workload.path={path}", f"output_dir={out}", "sim.progress=false"]
+    code, stderr = _run(argv, capsys)
+    _assert_refused(code, stderr, f"workload.path='{path}'", out)
+    assert says in stderr
+
+
+def test_output_dir_that_is_a_file_or_cannot_be_written(tmp_path, capsys):
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    for out, says in ((a_file, "is a file, not a folder"), (a_file / "run", "cannot be written")):
+        code, stderr = _run([f"output_dir={out}"], capsys)
+        _assert_refused(code, stderr, f"output_dir='{out}'", tmp_path)
+        assert says in stderr
+
+
+def test_the_table_is_as_large_as_promised():
+    assert len(CONFIG_VALUES) + len(TRACES) + 2 >= 60
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["kv.watermark=abc"], ["workload.qps={"], ["+fleet.bogus=1"], ["step_time.c0=abc"]],
+    ids=["type", "grammar", "plus key", "other group's key"],
+)
+def test_bad_input_as_a_real_command(overrides, tmp_path):
+    out = tmp_path / "run"
+    proc = fleetcast(*overrides, f"output_dir={out}", cwd=tmp_path)
+    _assert_refused(proc.returncode, proc.stderr, overrides[0].lstrip("+").split("=")[0], out)
+
+
+def test_good_traces_in_the_same_formats_load(tmp_path, capsys):
+    # the formats of the table's bad rows, well-formed: gzip, a UTF-8 byte-order mark
+    body = HEADER + "0,10,5\n0.5,20,6\n"
+    traces = {
+        "t.csv.gz": gzip.compress(body.encode()),
+        "bom.csv": b"\xef\xbb\xbf" + body.encode(),
+    }
+    for name, data in traces.items():
+        (tmp_path / name).write_bytes(data)
+        out = tmp_path / f"run-{name}"
+        main(
+            [
+                "workload=trace",
+                f"workload.path={tmp_path / name}",
+                f"output_dir={out}",
+                "sim.progress=false",
+            ]
+        )
+        assert (out / "summary.json").exists()
+        assert "requests: 2 (2 completed" in capsys.readouterr().out
