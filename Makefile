@@ -1,6 +1,7 @@
 # make demo      set up .venv with what a simulation needs, and run the default simulation
 # make test      set up .venv with the test and lint tools too, and run the test suite
 # make lint      ruff (lint and format) and mypy on sim/, in the same .venv
+# make test-deep the property tests with twenty times the examples (nightly; ~15 minutes)
 # make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
 # make bench     print the benchmark figures: speed, sweep throughput, fidelity
 
@@ -17,7 +18,7 @@ PY_RAY := $(VENV_RAY)/bin/python
 # is a multi-GB CUDA build). Without it those tests are skipped and say why.
 TORCH_CPU := 'torch==2.13.0+cpu' --extra-index-url https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test lint test-ray bench clean
+.PHONY: demo test test-deep lint test-ray bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +40,12 @@ demo: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -n 2 tests
+
+PROPERTY_TESTS := tests/test_run_properties.py tests/engine/scheduler/test_properties.py \
+	tests/engine/test_kv_cache_properties.py
+
+test-deep: $(VENV)/.installed-test
+	HYPOTHESIS_PROFILE=deep $(PY) -m pytest -q -n 2 $(PROPERTY_TESTS) --hypothesis-show-statistics
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support import REPO_ROOT
+
+# Property tests scale with the profile: "ci" keeps the suite fast, "deep" (make test-deep, or
+# HYPOTHESIS_PROFILE=deep) draws twenty times as many examples, for a nightly run.
+settings.register_profile("ci", max_examples=100, deadline=None)
+settings.register_profile("deep", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

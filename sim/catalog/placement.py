@@ -2,7 +2,8 @@
 
 - ``single``: every replica serves the one model (the usual case).
 - ``colocated``: two models on every GPU. Both sets of weights stay resident, so the KV memory
-  left is smaller, and it is split between the models (``kv_share`` to the second). Each model
+  left is smaller, and it is split between the models (``kv_share`` to the second; a
+  ``kv.num_blocks`` override is the GPU's whole pool, split the same way). Each model
   has its own KV pool and scheduler, and their engine steps take turns on the GPU.
 - ``dedicated``: two models on separate replicas, ``second_model_replicas`` of them for the
   second model: the baseline colocation is compared against.
@@ -117,9 +118,14 @@ def _share_gpu(
             other.model.name,
             f"both models do not fit on one {own.gpu.name}: {err.reason}",
         ) from None
-    num_blocks = math.floor(
-        plan.kv_free_bytes_per_gpu * kv_share / (plan.block_size * plan.kv_bytes_per_token_per_gpu)
-    )
+    if cfg.kv.num_blocks is None:
+        num_blocks = math.floor(
+            plan.kv_free_bytes_per_gpu
+            * kv_share
+            / (plan.block_size * plan.kv_bytes_per_token_per_gpu)
+        )
+    else:  # the override fixes the GPU's whole pool, split the same way
+        num_blocks = math.floor(cfg.kv.num_blocks * kv_share)
     require(num_blocks >= 1, "placement.kv_share", kv_share, "leaves no KV block to a model")
     plan = plan_memory(
         own.model, own.gpu, activation_reserve_gib=reserve_gib, num_blocks=num_blocks, **plan_args

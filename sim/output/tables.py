@@ -45,7 +45,9 @@ class TableSink:
         self._pending_rows += piece.num_rows
         while self._pending_rows >= ROW_GROUP_ROWS:
             rows = pa.concat_tables(self._pending)
-            self._row_group(rows.slice(0, ROW_GROUP_ROWS))
+            # one chunk per column: the writer's pages follow chunk boundaries, and a file must
+            # not depend on how its rows arrived
+            self._row_group(rows.slice(0, ROW_GROUP_ROWS).combine_chunks())
             rest = rows.slice(ROW_GROUP_ROWS)
             self._pending, self._pending_rows = [rest], rest.num_rows
 
@@ -53,7 +55,7 @@ class TableSink:
         """Write what is pending as the last row group (or an empty table's one)."""
         if self._pending_rows or self.num_rows == 0:
             pending = self._pending or [self.schema.empty_table()]
-            self._row_group(pa.concat_tables(pending))
+            self._row_group(pa.concat_tables(pending).combine_chunks())
         self._pending, self._pending_rows = [], 0
         self._finish()
 

@@ -47,6 +47,24 @@ def test_colocated_memory_plan_holds_both_weights_and_splits_the_kv():
     assert placement.traffic_shares == (0.5, 0.5)
 
 
+def colocated_with_blocks(num_blocks: int) -> dict:
+    return compose(
+        "placement=colocated",
+        "placement.second_model=llama31_8b",
+        "placement.kv_share=0.25",
+        f"kv.num_blocks={num_blocks}",
+    )
+
+
+def test_colocated_kv_num_blocks_override_is_the_gpus_pool_split_by_kv_share():
+    # the override is honoured, not replaced by the memory plan's count (found by the whole-run
+    # property test: a 10-token request ran in an 8-block pool that was silently much larger)
+    first, second = (d.memory for d in placed(colocated_with_blocks(10), 1).deployments)
+    assert (first.num_blocks, second.num_blocks) == (7, 2)
+    with pytest.raises(ConfigError, match="^placement.kv_share=0.25: leaves no KV block"):
+        placed(colocated_with_blocks(3), 1)
+
+
 def test_two_big_models_that_do_not_fit_one_gpu_are_refused():
     cfg = compose("placement=colocated", "placement.second_model=qwen25_32b", "fleet.tp=1")
     with pytest.raises(

@@ -19,7 +19,6 @@ Two groups:
 from __future__ import annotations
 
 import copy
-import os
 
 from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
@@ -29,8 +28,8 @@ from sim.engine.kv_cache import KVCache
 from sim.engine.request import Request
 from sim.engine.step_time.base import VECTOR_MIN_STEPS
 
-# Modest by default so the file runs in a few seconds; FLEETCAST_HYPOTHESIS_EXAMPLES raises it.
-MAX_EXAMPLES = int(os.environ.get("FLEETCAST_HYPOTHESIS_EXAMPLES", "100"))
+# The Hypothesis profile's count (tests/conftest.py): modest in the suite, more with make test-deep
+MAX_EXAMPLES = settings.default.max_examples
 SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,

@@ -27,7 +27,6 @@ as a replica does, cut short by the next arrival.
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -44,8 +43,8 @@ from sim.engine.scheduler.static import StaticScheduler
 from sim.engine.scheduler.vllm import VLLMScheduler
 from tests.engine.scheduler.steps import req
 
-# Modest by default so the file runs in a few seconds; FLEETCAST_HYPOTHESIS_EXAMPLES raises it.
-MAX_EXAMPLES = int(os.environ.get("FLEETCAST_HYPOTHESIS_EXAMPLES", "100"))
+# The Hypothesis profile's count (tests/conftest.py): modest in the suite, more with make test-deep
+MAX_EXAMPLES = settings.default.max_examples
 SETTINGS = settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,

@@ -1,0 +1,213 @@
+"""Properties of whole runs (``sim.run.simulate``), on random small valid configurations.
+
+Each example draws a deployment (model, GPU, tensor parallelism, weight and KV precision), a
+tiny KV pool, a scheduler with its settings, a router, a step-time model, a workload (Poisson,
+gamma, constant, daily, closed loop, a slice of a shipped trace), sometimes a second model on
+the same GPUs, a frontend, a horizon and a seed. For each it checks:
+
+- the contract's invariants (``tests.contract``): every request exactly once, completed +
+  rejected + unfinished = the requests issued, KV in use never above the pool, a completed
+  request's times ordered and its metrics as defined, rejections with a known reason;
+- TTFT <= E2E for every completed request;
+- the same files again on a rerun, with ``sim.fast_forward_decode=false``, and when the run
+  streams into a folder instead of memory.
+
+Configurations that are bad input (the memory plan refuses the deployment or the second
+model, the GPU cannot compute at the precision, every request would be refused) are
+discarded: their one-line errors are ``tests/test_bad_input.py``'s subject. The calibrated
+step time is drawn only where a shipped profile covers the deployment.
+
+The number of examples follows the Hypothesis profile: ``ci`` (the default, 25 runs) or
+``deep`` (``make test-deep``, twenty times as many).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from sim.errors import ConfigError
+from sim.output.run_files import to_json, write_run
+from sim.run import simulate
+from sim.workload.source import build_workload
+from tests.contract import table_problems
+from tests.support import columns, compose
+
+SETTINGS = settings(
+    max_examples=max(10, settings.default.max_examples // 4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# Errors that say the drawn configuration is bad input (see the module docstring), by field.
+BAD_INPUT_FIELDS = (
+    "hardware",
+    "precision.weights",
+    "step_time",
+    "step_time.profile",
+    "workload.path",
+    "workload.prompt_tokens",
+    "workload.pattern",
+    "placement.second_model",
+)
+
+
+def _lengths(draw: st.DrawFn, name: str, top: int) -> str:
+    low = draw(st.integers(1, top))
+    if draw(st.booleans()):
+        return f"workload.{name}={low}"
+    high = draw(st.integers(low, top))
+    return f"workload.{name}={{dist:uniform,low:{low},high:{high}}}"
+
+
+@st.composite
+def run_configs(draw: st.DrawFn) -> list[str]:
+    """Overrides of one small valid (or bad-input, discarded later) configuration."""
+    model = draw(st.sampled_from(["llama2_7b", "llama31_8b", "qwen25_32b", "mixtral_8x7b"]))
+    gpu = draw(st.sampled_from(["a100_80g", "h100_sxm", "h200", "b200", "l40s", "mi300x"]))
+    weights = draw(st.sampled_from(["bf16", "fp8", "fp4"]))
+    kv = draw(st.sampled_from(["bf16", "fp8"]))
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    # a pool from a few requests' worth down to less than one (some requests refused)
+    kv_tokens = draw(st.integers(8, 2048))
+    out = [
+        f"model={model}",
+        f"hardware={gpu}",
+        f"fleet.tp={draw(st.sampled_from([1, 2, 4]))}",
+        f"fleet.replicas={draw(st.integers(1, 3))}",
+        f"precision.weights={weights}",
+        f"precision.kv={kv}",
+        f"kv.block_size={block_size}",
+        f"kv.num_blocks={max(8, kv_tokens // block_size)}",
+        f"kv.watermark={draw(st.sampled_from([0.0, 0.01, 0.1]))}",
+        f"seed={draw(st.integers(0, 2**32))}",
+        "sim.progress=false",
+    ]
+    scheduler = draw(st.sampled_from(["vllm", "sarathi", "prefill_first", "static"]))
+    out += [
+        f"scheduler={scheduler}",
+        f"scheduler.max_num_seqs={draw(st.integers(1, 12))}",
+        f"scheduler.max_num_batched_tokens={draw(st.integers(16, 512))}",
+    ]
+    if scheduler == "vllm":
+        out.append(f"scheduler.enable_chunked_prefill={draw(st.booleans())}")
+        prefills = draw(st.sampled_from(["null", "1", "2"]))
+        out.append(f"scheduler.max_prefills_per_step={prefills}")
+    if scheduler == "sarathi":
+        out.append(f"scheduler.chunk_size={draw(st.integers(4, 128))}")
+    routers = ["round_robin", "random", "least_outstanding", "least_tokens"]
+    out.append(f"router={draw(st.sampled_from(routers))}")
+    step_time = draw(st.sampled_from(["roofline", "linear", "constant", "calibrated"]))
+    shipped_profile = model == "llama31_8b" and gpu in ("h100_sxm", "h200") and weights == kv
+    if step_time == "calibrated" and not shipped_profile:
+        step_time = "roofline"  # the shipped profiles cover few pairs; the rest are bad input
+    out.append(f"step_time={step_time}")
+    if step_time == "constant":
+        out.append(f"step_time.seconds={draw(st.sampled_from([0.001, 0.01, 0.05]))}")
+    workload = draw(
+        st.sampled_from(["poisson", "gamma", "constant", "daily", "closed_loop", "trace"])
+    )
+    n = draw(st.integers(1, 30))
+    if workload == "trace":
+        out += ["workload=azure_conv", f"workload.num_requests={n}"]
+        out.append(f"workload.rate_scale={draw(st.sampled_from([1.0, 5.0, 50.0]))}")
+    else:
+        out += [
+            f"workload={workload}",
+            _lengths(draw, "prompt_tokens", 300),
+            _lengths(draw, "output_tokens", 120),
+        ]
+        if workload == "daily":
+            out += [
+                "workload.duration_s=24",  # a whole day's profile in 24 simulated seconds
+                "workload.time_compression=3600",
+                f"workload.qps={draw(st.sampled_from([0.3, 1.0]))}",
+            ]
+        elif workload == "closed_loop":
+            out += [
+                f"workload.num_requests={n}",
+                f"workload.concurrency={draw(st.integers(1, 6))}",
+                f"workload.think_time_s={draw(st.sampled_from([0.0, 0.05]))}",
+            ]
+        else:
+            out += [
+                f"workload.num_requests={n}",
+                f"workload.qps={draw(st.sampled_from([0.5, 5.0, 50.0]))}",
+            ]
+        if workload == "gamma":
+            out.append(f"workload.cv={draw(st.sampled_from([0.5, 1.0, 3.0]))}")
+    if draw(st.integers(0, 5)) == 0:
+        out += [
+            "placement=colocated",
+            "placement.second_model=llama2_7b",
+            f"placement.traffic_share={draw(st.sampled_from([0.3, 0.5]))}",
+            f"placement.kv_share={draw(st.sampled_from([0.25, 0.5]))}",
+        ]
+    if draw(st.integers(0, 3)) == 0:
+        out.append(f"frontend.token_s={draw(st.sampled_from([1e-4, 1e-3]))}")
+    if draw(st.integers(0, 3)) == 0:
+        out.append(f"sim.horizon_s={draw(st.sampled_from([0.05, 1.0, 20.0]))}")
+    return out
+
+
+def _run(cfg: dict):
+    try:
+        return simulate(cfg)
+    except ConfigError as err:
+        event(f"bad input: {err.field}")
+        assume(err.field not in BAD_INPUT_FIELDS)
+        raise
+
+
+def _files(result, folder) -> dict[str, bytes]:
+    write_run(result, folder)
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@SETTINGS
+@given(overrides=run_configs())
+def test_whole_runs_keep_their_invariants_and_repeat_exactly(overrides, tmp_path_factory):
+    cfg = compose(*overrides)
+    result = _run(copy.deepcopy(cfg))
+    kv_blocks = [cfg["kv"]["num_blocks"]]
+    if cfg["placement"]["mode"] == "colocated":  # the pool is split between the two models
+        share = cfg["placement"]["kv_share"]
+        kv_blocks = [math.floor(kv_blocks[0] * (1 - share)), math.floor(kv_blocks[0] * share)]
+    problems = table_problems(
+        result.requests, result.steps, result.summary, kv_blocks_per_model=kv_blocks
+    )
+    assert problems == [], (overrides, problems)
+    req = columns(result.requests)
+    done = req["status"] == "completed"
+    assert np.all(req["ttft_s"][done] <= req["e2e_s"][done] + 1e-12)
+    # none lost, none made up: every request of the workload that arrives before the horizon
+    workload = build_workload(cfg["workload"], cfg["seed"])
+    horizon = cfg["sim"]["horizon_s"]
+    issued = workload.num_requests
+    if horizon is not None and workload.arrival_time_s is not None:
+        issued = int((workload.arrival_time_s < horizon).sum())
+    if horizon is None or workload.arrival_time_s is not None:
+        assert result.summary["num_requests"] == issued
+
+    folder = tmp_path_factory.mktemp("run")
+    first = _files(result, folder / "memory")
+    again = _files(_run(copy.deepcopy(cfg)), folder / "again")
+    assert again == first, overrides
+    slow = copy.deepcopy(cfg)
+    slow["sim"]["fast_forward_decode"] = False
+    stepped = _files(_run(slow), folder / "stepped")
+    assert {k: v for k, v in stepped.items() if k != "config.yaml"} == {
+        k: v for k, v in first.items() if k != "config.yaml"
+    }, overrides
+    streamed = simulate(copy.deepcopy(cfg), folder / "streamed")
+    assert streamed.summary == result.summary
+    for name in ("requests.parquet", "steps.parquet"):
+        assert (folder / "streamed" / name).read_bytes() == first[name], (name, overrides)
+    assert (folder / "streamed" / "summary.json").read_text() == to_json(result.summary)
+    assert json.loads(first["summary.json"]) == json.loads(to_json(result.summary))
+    assert pq.read_table(folder / "streamed" / "requests.parquet").num_rows == len(done)
