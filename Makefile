@@ -1,9 +1,9 @@
 # make demo      set up .venv with what a simulation needs, and run the default simulation
 # make test      set up .venv with the test and lint tools too, and run the test suite
 # make lint      ruff (lint and format) and mypy on sim/, in the same .venv
-# make test-deep the property tests with twenty times the examples (nightly; ~15 minutes)
+# make test-deep the property tests with twenty times the examples (nightly; ~5 minutes)
 # make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
-# make bench     print the benchmark figures: speed, sweep throughput, fidelity
+# make bench     print the benchmark figures: speed, scale, start-up, sweep throughput, fidelity
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -64,6 +64,8 @@ test-ray: $(VENV_RAY)/.installed
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_speed.py
+	$(PY) benchmarks/bench_scale.py
+	$(PY) benchmarks/bench_startup.py
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/fidelity.py
 

@@ -51,7 +51,11 @@ MAX_REPLICAS = 100_000
 class StrictModel(BaseModel):
     """A config group: declared keys only, strict types, finite numbers, frozen."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+    # defer_build: a model's validator is built when first used, so a run pays only for the
+    # groups and policy options it has (start-up, benchmarks/bench_startup.py)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, allow_inf_nan=False, frozen=True, defer_build=True
+    )
     section: ClassVar[str] = ""
     """The group's name in a run's config, for error messages (``model``, ``cost``, ...)."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -91,24 +92,27 @@ class MemorySink(TableSink):
 
 
 class ParquetSink(TableSink):
-    """Writes the table to ``path`` as it grows."""
+    """Writes the table to ``path`` as it grows. The file is opened with its first row group
+    (pyarrow's Parquet module is not imported before a run needs it)."""
 
     def __init__(self, schema: pa.Schema, path: Path) -> None:
-        import pyarrow.parquet as pq
-
         super().__init__(schema)
         self.path = path
-        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(path, schema)
+        self._writer: Any = None  # a pyarrow.parquet.ParquetWriter, once a row group is due
         self._closed = False
 
     def _row_group(self, rows: pa.Table) -> None:
-        assert self._writer is not None
+        if self._writer is None:
+            import pyarrow.parquet as pq
+
+            self._writer = pq.ParquetWriter(self.path, self.schema)
         self._writer.write_table(rows, row_group_size=ROW_GROUP_ROWS)
 
     def _finish(self) -> None:
-        assert self._writer is not None
+        assert self._writer is not None  # close() always writes a row group
         self._writer.close()
         self._writer = None
+        self._closed = True
 
     def abandon(self) -> None:
         """Close the file without finishing the table (a failed run; the caller deletes it)."""
@@ -119,7 +123,7 @@ class ParquetSink(TableSink):
     def column(self, name: str) -> np.ndarray:
         import pyarrow.parquet as pq
 
-        assert self._writer is None, "column() before close()"
+        assert self._closed, "column() before close()"
         return column_to_numpy(pq.ParquetFile(self.path).read(columns=[name]).column(name))
 
 

@@ -78,7 +78,9 @@ def read_columns(
             with pacsv.open_csv(path) as reader:
                 names = reader.schema.names
         else:
-            names = pq.read_schema(path).names
+            # ParquetFile, not read_table: read_table pulls in pyarrow.dataset and pandas (~0.3 s)
+            parquet = pq.ParquetFile(path)  # opened once: the footer gives names and columns
+            names = parquet.schema_arrow.names
         missing = [c for c in columns if c not in names]
         if missing:
             raise ConfigError(
@@ -91,8 +93,7 @@ def read_columns(
             include = pacsv.ConvertOptions(include_columns=list(columns))
             table = pacsv.read_csv(path, convert_options=include)
         else:
-            # ParquetFile, not read_table: read_table pulls in pyarrow.dataset and pandas (~0.3 s)
-            table = pq.ParquetFile(path).read(columns=list(columns))
+            table = parquet.read(columns=list(columns))
     except ConfigError:
         raise
     except (pa.ArrowException, OSError, UnicodeDecodeError) as err:

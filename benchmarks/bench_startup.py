@@ -1,0 +1,143 @@
+"""What a default run pays before its first simulated event, phase by phase.
+
+    python benchmarks/bench_startup.py                   # this checkout, best of 7
+    python benchmarks/bench_startup.py --tree /tmp/old   # and another checkout, side by side
+
+Each try is a fresh ``python -m sim sim.progress=false output_dir=TMP`` process (the default
+configuration) with a probe that stamps the wall clock at each phase boundary and stops the
+process at the first simulated event:
+
+  interpreter   process start to the first line of Python (interpreter, site, venv)
+  imports       the modules a run needs (``sim.cli``, ``sim.run``, the cluster, Hydra, and
+                what they import: numpy, pydantic, pyarrow, SimPy, OmegaConf)
+  compose       Hydra: reading the command line, composing the config groups, checking the
+                overrides and output folder, to where the run starts (``sim.run.simulate``)
+  build         validating the config, the deployment's memory plan, step-time model,
+                schedulers, router: what ``simulate`` does before the workload
+  workload      drawing the arrivals and lengths (``build_workload``; the default workload
+                reads the shipped Azure trace, so this includes pyarrow's Parquet reader)
+  cluster       building the cluster's replicas and SimPy processes, to the first event
+
+Python's bytecode caches are used as on any machine after a first start (a first, uncounted
+start per checkout writes them, even where ``PYTHONDONTWRITEBYTECODE`` is set). The phase times
+of the try with the smallest total are printed (the machine's noise only ever adds time).
+``--tree PATH`` measures another checkout (``PYTHONPATH=PATH``) alternately with this one,
+so before/after figures come from one machine at one time. Only functions both layouts have are
+hooked (``sim.run.simulate``, ``sim.run.build_workload``, ``sim.fleet.cluster.Cluster.run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PHASES = ("interpreter", "imports", "compose", "build", "workload", "cluster")
+TARGET_S = 0.5  # issue 14: command to first simulated event
+
+# Runs in the child: stamps time.time() at each boundary, prints them as JSON on stderr's last
+# line, and leaves at the first simulated event.
+PROBE = r"""
+import time
+marks = {"python": time.time()}
+import json, sys
+import hydra
+import sim.cli
+import sim.run as run
+import sim.fleet.cluster as cluster
+marks["imported"] = time.time()
+
+def stamp(name, fn):
+    def wrapped(*args, **kwargs):
+        marks.setdefault(name, time.time())
+        return fn(*args, **kwargs)
+    return wrapped
+
+def built(fn):
+    def wrapped(*args, **kwargs):
+        marks.setdefault("workload", time.time())
+        out = fn(*args, **kwargs)
+        marks.setdefault("workload built", time.time())
+        return out
+    return wrapped
+
+def first_event(self):
+    marks["first event"] = time.time()
+    print(json.dumps(marks), file=sys.stderr)
+    raise SystemExit(0)
+
+run.simulate = stamp("simulate", run.simulate)
+run.build_workload = built(run.build_workload)
+cluster.Cluster.run = first_event
+sys.argv = ["sim", *sys.argv[1:]]
+sim.cli.main()
+"""
+
+
+def one_try(tree: Path) -> dict[str, float]:
+    """Phase durations of one fresh process whose ``sim`` comes from ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    # as Python runs by default: modules compiled once, then read from __pycache__
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    with tempfile.TemporaryDirectory() as out:
+        start = time.time()
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, "sim.progress=false", f"output_dir={out}"],
+            cwd=out,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    if proc.returncode != 0 or not proc.stderr.strip():
+        raise SystemExit(f"the probe failed in {tree}:\n{proc.stderr}")
+    marks = json.loads(proc.stderr.strip().splitlines()[-1])
+    edges = [
+        start,
+        marks["python"],
+        marks["imported"],
+        marks["simulate"],
+        marks["workload"],
+        marks["workload built"],
+        marks["first event"],
+    ]
+    return {name: edges[i + 1] - edges[i] for i, name in enumerate(PHASES)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7, help="tries per tree; the best is kept")
+    parser.add_argument("--tree", type=Path, help="another checkout to measure alongside")
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    trees = [REPO] + ([args.tree.resolve()] if args.tree else [])
+    for tree in trees:
+        if not (tree / "sim" / "cli.py").is_file():
+            parser.error(f"--tree {tree}: no sim/cli.py there")
+    for tree in trees:  # a first start writes the bytecode caches; it is not counted
+        one_try(tree)
+    best: dict[Path, dict[str, float]] = {}
+    for _ in range(args.repeat):
+        for tree in trees:  # alternate, so both see the same machine
+            phases = one_try(tree)
+            if tree not in best or sum(phases.values()) < sum(best[tree].values()):
+                best[tree] = phases
+    labels = ["this checkout"] + ([str(args.tree)] if args.tree else [])
+    print(f"command to first simulated event, default config, best of {args.repeat} (ms)")
+    print(f"{'phase':<13}" + "".join(f"{label:>22}" for label in labels))
+    for phase in PHASES:
+        print(f"{phase:<13}" + "".join(f"{best[t][phase] * 1e3:>22.0f}" for t in trees))
+    totals = [sum(best[t].values()) for t in trees]
+    print(f"{'total':<13}" + "".join(f"{total * 1e3:>22.0f}" for total in totals))
+    verdict = "met" if totals[0] < TARGET_S else "MISSED"
+    print(f"target < {TARGET_S * 1e3:.0f} ms for this checkout: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
