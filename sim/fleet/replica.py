@@ -18,8 +18,9 @@ stamped: the client never saw it.
 
 Decode stretches. When the scheduler promises that the next ``k`` steps are identical pure
 decodes (``decode_stretch_limit``), the replica prices all ``k`` at once and waits for the last
-one's end in a single event. An arrival interrupts the wait: the replica finishes the step in
-progress, applies the steps done so far, and plans again, exactly as stepping one by one would.
+one's end in a single event. An arrival cuts the stretch short: the replica finishes the step in
+progress, applies the steps done so far, and plans again, exactly as stepping one by one would
+(the replica's wait moves to that step's end; no SimPy interrupt).
 The step rows, token counts, KV use and timestamps are identical either way (a test proves it);
 only the number of SimPy events changes. A replica of several engines never uses stretches: a
 stretch would hold the GPU for one model while the other waits, which is not how turns go.
@@ -44,7 +45,7 @@ from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.engine.step_time.base import StepTimeModel
 from sim.fleet.frontend import Frontend
-from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
+from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at, wait_instead
 from sim.output.metrics import StepRecorder
 
 
@@ -91,7 +92,10 @@ class Replica:
         self.num_outstanding = 0
         self.committed_tokens = 0
         self._wakeup: simpy.Event | None = None
-        self._interruptible = False
+        # the decode stretch being waited on: its steps' end times (None when there is none,
+        # or it was cut already) and how many of its steps will run
+        self._stretch_end_times: Any = None
+        self._stretch_steps = 0
         self.process: simpy.Process | None = None
 
     def start(self) -> None:
@@ -147,10 +151,25 @@ class Replica:
         if self._wakeup is not None:
             wakeup, self._wakeup = self._wakeup, None
             wakeup.succeed()
-        elif self._interruptible:
-            self._interruptible = False
-            assert self.process is not None
-            self.process.interrupt(caller_priority)
+        elif self._stretch_end_times is not None:
+            self._cut_stretch(caller_priority)
+
+    def _cut_stretch(self, caller_priority: int) -> None:
+        """Something arrived during a decode stretch: end it with the step in progress (then
+        the replica plans again). If a step ends exactly now, stepping one by one would have
+        ended it before the arrival when the arrival's event ranks after this replica's step
+        ends.
+
+        The process keeps waiting, on an earlier event (``wait_instead``, cheaper than SimPy's
+        interrupt)."""
+        end_times = self._stretch_end_times
+        assert end_times is not None and self.process is not None
+        self._stretch_end_times = None  # cut once; later arrivals wait for the replan
+        num_steps = min(self._stretch_steps, self._steps_ended(end_times, caller_priority) + 1)
+        if num_steps == self._stretch_steps:
+            return  # the step in progress is the stretch's last
+        self._stretch_steps = num_steps
+        wait_instead(self.process, float(end_times[num_steps - 1]), self.priority)
 
     def _forget(self, request: Request) -> None:
         self.num_outstanding -= 1
@@ -263,19 +282,13 @@ class Replica:
         if self.horizon_s is not None:
             # Steps ending at or after the horizon never end (as when stepping one by one).
             num_steps = max(1, min(num_steps, bisect_left(end_times, self.horizon_s)))
-        self._interruptible = True
         if self.frontend is not None:
             self.frontend.begin_stretch(end_times, plan.decodes)
-        try:
-            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
-        except simpy.Interrupt as interrupt:
-            # Something arrived: finish the step in progress, then plan again. If a step ends
-            # exactly now, stepping one by one would have ended it before the arrival when
-            # the arrival's event ranks after this replica's step ends.
-            assert interrupt.cause is not None  # _enter interrupts with the caller's priority
-            num_steps = min(num_steps, self._steps_ended(end_times, interrupt.cause) + 1)
-            yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
-        self._interruptible = False
+        self._stretch_end_times, self._stretch_steps = end_times, num_steps
+        # an arrival may move this wait to an earlier step's end (_cut_stretch)
+        yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
+        self._stretch_end_times = None
+        num_steps = self._stretch_steps
         finished, blocks_used = engine.scheduler.advance_decodes(plan, num_steps)
         if self.frontend is not None:
             self.frontend.end_stretch(num_steps)

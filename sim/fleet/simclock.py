@@ -8,6 +8,10 @@ Events at the same time run in priority order: arrivals first, then the ends of 
 by replica. SimPy would otherwise order them by when they were created, and a decode stretch
 creates its end event long before stepping one by one would, so the two modes would disagree
 whenever times coincide exactly (common with ``step_time=constant``).
+
+``wait_instead`` moves a process's wait to an earlier event: a decode stretch cut short by an
+arrival (``sim.fleet.replica``) costs one new event that way, where SimPy's interrupt costs an
+event, an exception and a new event.
 """
 
 from __future__ import annotations
@@ -36,3 +40,15 @@ def timeout_at(
     event._value = None
     heappush(env._queue, (time_s, priority, next(env._eid), event))
     return event
+
+
+def wait_instead(
+    process: simpy.Process, time_s: float, priority: EventPriority = ARRIVAL_PRIORITY
+) -> None:
+    """``process``, waiting on some event, waits on a new one at ``time_s`` instead: it resumes
+    then, with the value None, and the event it was waiting on fires with nobody listening."""
+    waiting_on = process.target
+    waiting_on.callbacks.remove(process._resume)
+    event = timeout_at(process.env, time_s, priority)
+    event.callbacks.append(process._resume)
+    process._target = event  # what Process._resume sets when a process yields an event

@@ -8,7 +8,7 @@ from itertools import count
 import simpy
 from simpy.events import NORMAL, URGENT
 
-from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at
+from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at, wait_instead
 
 
 def test_simpy_is_the_release_the_pin_allows():
@@ -65,3 +65,23 @@ def test_an_event_in_the_past_is_refused():
         assert "before now" in str(err)
     else:
         raise AssertionError("an event before now was scheduled")
+
+
+def test_a_wait_moved_to_an_earlier_time_resumes_then_and_only_then():
+    env = simpy.Environment()
+    resumed = []
+
+    def waiter():
+        value = yield timeout_at(env, 5.0)
+        resumed.append((env.now, value))
+        yield timeout_at(env, 7.0)
+        resumed.append((env.now, "second"))
+
+    process = env.process(waiter())
+    timeout_at(env, 1.0).callbacks.append(lambda _e: wait_instead(process, 2.0))
+    env.run()
+    # resumed at 2 (not 5): the event at 5 fired with nobody listening; the next wait is normal
+    assert resumed == [(2.0, None), (7.0, "second")]
+    # the SimPy 4.1 internals wait_instead relies on
+    source = inspect.getsource(simpy.events.Process._resume)
+    assert "self._target = event" in source and "event.callbacks.append(self._resume)" in source
