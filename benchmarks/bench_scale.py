@@ -21,7 +21,7 @@ output should grow linearly; memory sub-linearly, since rows stream to disk as t
 What memory holds beyond start-up is bounded by constants (up to one row group of request rows,
 ``ROW_GROUP_ROWS`` = 1Mi rows or ~100 MB, waiting to be written; the step spill's
 ``SPILL_BYTES``; at the end, one row group of steps being encoded) plus what grows with the
-requests: the workload's arrays and the summary's per-request columns (~70 bytes a request).
+requests: the workload's arrays and the summary's per-request columns (~130 bytes a request).
 Below a million requests the constants are still filling up, so the exponent of the peak says
 less than the bytes per request printed with it.
 
