@@ -43,17 +43,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench_speed import SCENARIOS  # this folder is on sys.path when a benchmark runs
+
+# (a) is bench_speed's (a) with the request count left to --sizes
 DEPLOYMENTS = {
-    "a": [
-        "model=llama2_7b",
-        "hardware=a100_80g",
-        "fleet.replicas=1",
-        "scheduler=vllm",
-        "workload=poisson",
-        "workload.qps=6",
-        "workload.prompt_tokens=512",
-        "workload.output_tokens=128",
-    ],
+    "a": [o for o in SCENARIOS["a"] if not o.startswith("workload.num_requests=")],
     "b": [
         "model=llama31_8b",
         "hardware=h100_sxm",
@@ -66,10 +60,7 @@ DEPLOYMENTS = {
     ],
 }
 MONTH = [
-    "model=llama2_7b",
-    "hardware=a100_80g",
-    "fleet.replicas=1",
-    "scheduler=vllm",
+    *(o for o in DEPLOYMENTS["a"] if not o.startswith("workload")),  # (a)'s deployment
     "workload=daily",
     "workload.qps=0.5",
     f"workload.duration_s={30 * 86400}",
