@@ -2,6 +2,7 @@
 
     python benchmarks/fidelity.py            # every run, with the shipped profiles
     python benchmarks/fidelity.py --fit      # refit the global terms on the even-numbered runs
+    python benchmarks/fidelity.py --roofline # the roofline alone: no profile, nothing fitted
 
 The 177 measured runs (data/calibration/aic_measured_e2e_llama31_8b_h100_vs_aic.csv) are
 Llama-3.1-8B-Instruct on H100-SXM with TRT-LLM 1.0.0rc3. Each has a fixed concurrency, fixed
@@ -51,6 +52,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -67,6 +70,7 @@ from sim.run import simulate
 
 RUNS = data_dir() / "calibration" / "aic_measured_e2e_llama31_8b_h100_vs_aic.csv"
 PROFILE = shipped_profile_dir() / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
+ROOFLINE = "roofline"  # Setup.profile meaning: no profile, the roofline with its defaults
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Setup:
     frontend_token_s: float = 80e-6  # host seconds per streamed token
     queued: int = 1  # requests waiting in front of the engine
     prefills_per_step: int | None = 2  # most prompts prefilled in one step; None: any number
+    extra: tuple[str, ...] = ()  # more overrides (--roofline --set KEY=VALUE)
 
 
 C0_GRID_MS = (0.5, 1.0, 1.5)
@@ -91,6 +96,15 @@ PREFILLS_PER_STEP_GRID = (1, 2, None)
 def simulate_run(args: tuple) -> tuple[float, float]:
     """(mean TTFT, mean TPOT) in ms of one measured run, simulated."""
     row, setup, per_slot = args
+    step_time = (
+        ["step_time=roofline"]
+        if setup.profile == ROOFLINE
+        else [
+            "step_time=calibrated",
+            "step_time.backend=trtllm",
+            f"step_time.profile={setup.profile}",
+        ]
+    )
     overrides = [
         "model=llama31_8b",
         "hardware=h100_sxm",
@@ -98,9 +112,7 @@ def simulate_run(args: tuple) -> tuple[float, float]:
         "precision.kv=bf16",
         f"fleet.tp={row['tp_size']}",
         "fleet.replicas=1",
-        "step_time=calibrated",
-        "step_time.backend=trtllm",
-        f"step_time.profile={setup.profile}",
+        *step_time,
         "scheduler=vllm",
         "scheduler.enable_chunked_prefill=false",
         "scheduler.max_num_batched_tokens=8192",
@@ -113,6 +125,7 @@ def simulate_run(args: tuple) -> tuple[float, float]:
         f"workload.prompt_tokens={row['isl']}",
         f"workload.output_tokens={row['osl']}",
         "sim.progress=false",
+        *setup.extra,
     ]
     cfg = compose_config(overrides)
     s = simulate(cfg).summary
@@ -223,6 +236,96 @@ def report(runs: pd.DataFrame, sim: np.ndarray, label: str) -> None:
         )
 
 
+def closed_loop_throughput(runs: pd.DataFrame, ttft_ms: np.ndarray, tpot_ms: np.ndarray):
+    """Output tokens/s of a closed loop at each run's concurrency: every client waits TTFT and
+    then (OSL - 1) TPOTs per request. Measured and simulated throughput are both derived so,
+    since the measured runs record only the two means."""
+    e2e_s = (ttft_ms + (runs.osl.to_numpy() - 1) * tpot_ms) / 1e3
+    return runs.concurrency.to_numpy() * runs.osl.to_numpy() / e2e_s
+
+
+def roofline_table(runs: pd.DataFrame, sim: np.ndarray) -> pd.DataFrame:
+    """Per TP degree: MAPE and mean signed error (simulated / measured - 1) of mean TTFT, mean
+    TPOT and output throughput."""
+    measured_tps = closed_loop_throughput(
+        runs, runs.measured_ttft_ms.to_numpy(), runs.measured_tpot_ms.to_numpy()
+    )
+    ratios = pd.DataFrame(
+        {
+            "tp": runs.tp_size.to_numpy(),
+            "ttft": sim[:, 0] / runs.measured_ttft_ms.to_numpy() - 1,
+            "tpot": sim[:, 1] / runs.measured_tpot_ms.to_numpy() - 1,
+            "throughput": closed_loop_throughput(runs, sim[:, 0], sim[:, 1]) / measured_tps - 1,
+        }
+    )
+    rows = {}
+    for tp, part in [*ratios.groupby("tp"), ("all", ratios)]:
+        rows[tp] = {
+            f"{metric} {kind}": (
+                part[metric].abs().mean() if kind == "MAPE" else part[metric].mean()
+            )
+            for metric in ("ttft", "tpot", "throughput")
+            for kind in ("MAPE", "bias")
+        }
+    return pd.DataFrame(rows).T
+
+
+def roofline_predictions(
+    runs: pd.DataFrame, per_slot: int, tree: str | None, extra: list[str]
+) -> np.ndarray:
+    """(mean TTFT, mean TPOT) of every run with the roofline: of this checkout, or of the one
+    at ``tree`` (this script run again there, in its own process)."""
+    if tree is None:
+        return simulate_all(runs, replace(Setup(), profile=ROOFLINE, extra=tuple(extra)), per_slot)
+    env = {**os.environ, "PYTHONPATH": tree}
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--roofline",
+            "--emit-json",
+            f"--requests-per-slot={per_slot}",
+            *(f"--set={item}" for item in extra),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    ).stdout
+    return np.array(json.loads(out.splitlines()[-1]))
+
+
+def roofline_report(args: argparse.Namespace) -> None:
+    """The roofline alone (default efficiencies, no profile, nothing fitted on these runs)
+    against the 177 runs, by TP degree; with --tree, the other checkout's roofline too."""
+    runs = pd.read_csv(RUNS)
+    sim = roofline_predictions(runs, args.requests_per_slot, None, args.set)
+    if args.emit_json:
+        print(json.dumps(sim.tolist()))
+        return
+    trees = {"this checkout": sim}
+    if args.tree:
+        trees[f"PYTHONPATH={args.tree}"] = roofline_predictions(
+            runs, args.requests_per_slot, args.tree, args.set
+        )
+    pd.set_option("display.width", 160)
+    for label, predicted in trees.items():
+        print(f"\nroofline only, {label}: error against the {len(runs)} measured runs")
+        print("(MAPE = mean |sim/measured - 1|; bias = mean (sim/measured - 1))")
+        print(roofline_table(runs, predicted).to_string(float_format=lambda v: f"{v:+.1%}"))
+        for name, part in (
+            ("even-numbered", slice(0, None, 2)),
+            ("odd-numbered", slice(1, None, 2)),
+        ):
+            table = roofline_table(runs.iloc[part], predicted[part])
+            print(
+                f"  {name} runs: TTFT {table.loc['all', 'ttft MAPE']:.1%}, TPOT "
+                f"{table.loc['all', 'tpot MAPE']:.1%}, throughput "
+                f"{table.loc['all', 'throughput MAPE']:.1%}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -230,7 +333,24 @@ def main() -> None:
     )
     parser.add_argument("--requests-per-slot", type=int, default=10)
     parser.add_argument("--per-run", action="store_true", help="print every run")
+    parser.add_argument(
+        "--roofline", action="store_true", help="the roofline alone, by TP degree (no profile)"
+    )
+    parser.add_argument(
+        "--tree", help="with --roofline: also the roofline of this checkout (PYTHONPATH=TREE)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --roofline: one more config override for every run (repeatable)",
+    )
+    parser.add_argument("--emit-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.roofline:
+        roofline_report(args)
+        return
     with tempfile.TemporaryDirectory(prefix="fleetcast_fit_") as scratch:
         evaluate(args, Path(scratch))
 

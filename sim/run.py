@@ -168,7 +168,7 @@ def simulate(
             requests_sink.column,
             totals,
             slo=run.slo,
-            num_gpus=num_replicas * deployment.tp,
+            num_gpus=num_replicas * deployment.num_gpus,
             num_replicas=num_replicas,
             kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
             gpu=deployment.gpu,
@@ -185,6 +185,9 @@ def simulate(
         folder.write(CONFIG_FILE, config_text(cfg))
         folder.commit(REQUESTS_FILE)
         folder.commit(STEPS_FILE)
+        # the spill goes before summary.json marks the run finished: a kill between the two
+        # would otherwise leave it in a folder that a resumed sweep skips as done
+        folder.discard()
         folder.write(SUMMARY_FILE, to_json(summary))
         return RunResult(None, None, summary, cfg, texts)
     finally:

@@ -47,6 +47,9 @@ def deployment(
     tp: int = 1,
     weights: str = "bf16",
     kv: str = "bf16",
+    pp: int = 1,
+    ep: int = 1,
+    pp_microbatches: int | None = None,
 ) -> Deployment:
     """One replica's deployment from catalog names, with the default memory settings."""
     return build_deployment(
@@ -56,7 +59,13 @@ def deployment(
             "precision": {"weights": weights, "kv": kv},
             "memory": option("memory", "default"),
             "kv": {"block_size": 16, "num_blocks": None, "watermark": 0.01},
-            "fleet": {"replicas": 1, "tp": tp},
+            "fleet": {
+                "replicas": 1,
+                "tp": tp,
+                "pp": pp,
+                "ep": ep,
+                "pp_microbatches": pp_microbatches,
+            },
         }
     )
 

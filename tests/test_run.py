@@ -147,6 +147,25 @@ def test_a_failed_run_leaves_no_temporaries_and_no_summary(tmp_path, monkeypatch
     ]
 
 
+def test_no_temporary_is_left_once_the_summary_marks_the_run_finished(tmp_path, monkeypatch):
+    # A kill right after summary.json is written must not leave a temporary (the step spill)
+    # behind: a resumed sweep skips the folder as done and would never clean it.
+    from sim.output.run_files import SUMMARY_FILE, RunFolder
+
+    monkeypatch.setattr("sim.output.step_log.SPILL_BYTES", 1)  # spill every piece to disk
+    seen: list[list[str]] = []
+    write = RunFolder.write
+
+    def spy(self, name, text):
+        if name == SUMMARY_FILE:
+            seen.append(sorted(p.name for p in self.path.iterdir() if p.name.startswith(".")))
+        write(self, name, text)
+
+    monkeypatch.setattr(RunFolder, "write", spy)
+    simulate(compose(*RANDOM), tmp_path / "run")
+    assert seen == [[]]
+
+
 def test_a_killed_run_leaves_no_summary_and_the_next_run_no_temporaries(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(

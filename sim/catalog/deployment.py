@@ -1,5 +1,6 @@
-"""What one replica is: a model on ``tp`` GPUs of one type, at given precisions, with its
-memory plan. Built once per run from the config and handed to the step-time model."""
+"""What one replica is: a model on ``tp × pp`` GPUs of one type (tensor-parallel groups of
+``tp`` in ``pp`` pipeline stages, experts spread over ``ep`` of them), at given precisions, with
+its memory plan. Built once per run from the config and handed to the step-time model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sim.catalog.hardware import GPU
 from sim.catalog.memory import MemoryPlan, plan_memory
 from sim.catalog.model import ModelSpec
 from sim.config.schema import DeploymentConfig
+from sim.errors import require
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +23,14 @@ class Deployment:
     kv_precision: str
     tp: int
     memory: MemoryPlan
+    pp: int = 1
+    ep: int = 1
+    pp_microbatches: int = 1
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one replica: ``tp`` per pipeline stage, ``pp`` stages."""
+        return self.tp * self.pp
 
 
 def build_deployment(cfg: DeploymentConfig | Mapping[str, Any]) -> Deployment:
@@ -43,4 +53,34 @@ def build_deployment(cfg: DeploymentConfig | Mapping[str, Any]) -> Deployment:
         block_size=cfg.kv.block_size,
         num_blocks=cfg.kv.num_blocks,
     )
-    return Deployment(model, gpu, cfg.precision.weights, cfg.precision.kv, cfg.fleet.tp, plan)
+    fleet = cfg.fleet
+    require(
+        fleet.pp <= model.num_layers,
+        "fleet.pp",
+        fleet.pp,
+        f"more pipeline stages than {model.short_name}'s {model.num_layers} layers",
+    )
+    require(
+        fleet.ep in (1, fleet.tp),
+        "fleet.ep",
+        fleet.ep,
+        f"expert parallelism spans the tensor-parallel group: 1 or fleet.tp={fleet.tp}",
+    )
+    require(
+        fleet.ep == 1 or model.is_moe,
+        "fleet.ep",
+        fleet.ep,
+        f"{model.short_name} is dense: it has no experts to spread",
+    )
+    microbatches = fleet.pp_microbatches if fleet.pp_microbatches is not None else fleet.pp
+    return Deployment(
+        model,
+        gpu,
+        cfg.precision.weights,
+        cfg.precision.kv,
+        fleet.tp,
+        plan,
+        pp=fleet.pp,
+        ep=fleet.ep,
+        pp_microbatches=microbatches,
+    )

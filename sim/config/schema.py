@@ -118,6 +118,9 @@ class FleetConfig(StrictModel):
 
     replicas: Annotated[Int, Field(ge=1, le=MAX_REPLICAS)]
     tp: Annotated[Int, Field(ge=1, le=1024)] = 1
+    pp: Annotated[Int, Field(ge=1, le=1024)] = 1
+    ep: Annotated[Int, Field(ge=1, le=1024)] = 1
+    pp_microbatches: Annotated[Int, Field(ge=1, le=1024)] | None = None  # null: pp
 
 
 class SinglePlacement(StrictModel):

@@ -40,8 +40,11 @@ def format_summary(
     router = choices.get("router") or cfg["router"]["_target_"].rsplit(".", 1)[-1]
     step_time = choices.get("step_time") or cfg["step_time"]["_target_"].rsplit(".", 1)[-1]
     gpus = f"{summary['num_gpus']} GPU{'s' if summary['num_gpus'] != 1 else ''}"
+    per_replica = f"{fleet['tp']}"
+    if (fleet.get("pp") or 1) > 1:  # TP x PP, as deployments are named
+        per_replica = f"({fleet['tp']} TP x {fleet['pp']} PP)"
     lines = [
-        f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {fleet['tp']} {gpu} "
+        f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {per_replica} {gpu} "
         f"({gpus}), weights {prec['weights']}, KV {prec['kv']}, "
         f"scheduler {sched}, router {router}, step time {step_time}"
         + _placement(cfg.get("placement") or {}),

@@ -102,6 +102,14 @@ class CalibratedStepTime(StepTimeModel):
             allreduce_bytes_per_element,
             "must be > 0",
         )
+        for field_name, value in (("fleet.pp", deployment.pp), ("fleet.ep", deployment.ep)):
+            require(
+                value == 1,
+                field_name,
+                value,
+                "a calibrated profile is measured on one GPU and models tensor parallelism"
+                " only; use step_time=roofline for pipeline or expert parallelism",
+            )
         if profile is None:
             name = profile_file_name(
                 deployment.model.name,

@@ -1,61 +1,122 @@
-"""A roofline step time: the slower of compute and memory traffic, plus fixed costs.
+"""A roofline step time, kernel by kernel: each kind of kernel is bound by compute or memory
+traffic, and the kernels of a step run one after another.
 
-Per step, on each of the ``tp`` GPUs of a replica:
+A GPU runs one kernel at a time per stream, so a step's time is the sum of its kernels' times,
+not one roofline over the whole step. Per pipeline stage, on each of the ``tp`` GPUs:
 
-- FLOPs = (2·active_params·(P + D) + attention_pair_flops·(Ap + Ad)) / tp, against the GPU's
-  dense peak at the weights' precision times ``compute_efficiency`` (achieved MFU);
-- bytes = weights read once (for an MoE, the experts the batch touches) + the KV of every
-  decoding sequence's context read + the step's new KV written, per GPU, against HBM bandwidth
-  times ``bandwidth_efficiency``;
-- tensor parallelism adds two all-reduces per layer of ``(P + D)·hidden·2`` bytes (ring:
-  ``2(tp−1)/tp`` of the message over the interconnect, plus ``interconnect_latency_s``);
-- ``step_overhead_s`` is the fixed CPU/launch cost of a step.
+- GEMMs (all layers' projections and the LM head; every GEMM of a step has the same token
+  count, so they all sit on the same side of the ridge point together):
+  ``max(2·active_params·T / tp / (peak_w·compute_eff_w), weights_read / tp / (bw·bandwidth_eff))
+  + gemm_calls·gemm_floor_s``. ``peak_w`` is the GPU's dense peak at the weights' precision;
+  FP8/FP4 GEMMs reach a smaller share of their peak (``quantized_compute_efficiency``: scaling
+  and activation quantisation) than BF16 ones. ``gemm_floor_s`` is a GEMM's fixed cost however
+  small the matrix, which is why narrow tensor-parallel shards are slower than 1/tp.
+- attention: prefill ``attn_flops·Ap / tp / (peak_a·attention_compute_efficiency)``; decode
+  ``max(attn_flops·Ad / tp / (peak_a·attention_compute_efficiency),
+  KV bytes of (Ad + T) / (bw·attention_bandwidth_efficiency))``; plus one
+  ``attention_floor_s`` per layer. Attention runs at BF16 (``peak_a``) whatever the weights:
+  FP8 or FP4 weights do not make softmax(QK^T)V low-precision. Only an FP8 KV cache runs
+  FP8 attention kernels (FP8 FMHA in TensorRT-LLM, FlashAttention-3 in vLLM).
+- tensor parallelism: two all-reduces per layer of ``T·hidden·2`` bytes, each
+  ``interconnect_latency_s + ring_bytes / (interconnect_bw·allreduce_bandwidth_efficiency)``
+  (ring: ``2(tp−1)/tp`` of the message). Not overlapped with compute.
+- expert parallelism (``fleet.ep`` = tp, MoE only): the experts are spread whole over the
+  ``ep`` GPUs instead of each being split, and each MoE layer's all-reduce after the FFN is
+  replaced by two all-to-alls (dispatch and combine) of ``T·experts_per_token·hidden·2·
+  (ep−1)/ep²`` bytes per GPU, each paying the interconnect latency.
+- pipeline parallelism (``fleet.pp`` stages, ``m`` micro-batches): each stage holds
+  ``num_layers/pp`` layers; the batch is cut into ``m`` micro-batches that flow through the
+  stages, so a step takes ``(m + pp − 1)`` stage times of one micro-batch (GPipe's bubble:
+  ``pp − 1`` stage times idle per step) plus ``pp − 1`` activation hand-offs of
+  ``T/m·hidden·2`` bytes over the interconnect. The LM head runs on the last stage only.
+- ``step_overhead_s``: the engine's fixed per-step cost (scheduling, sampling, launch).
 
-``t = max(t_compute, t_memory) + t_allreduce + step_overhead_s``. Compute and memory are assumed
-to overlap perfectly inside a step; all-reduces are not overlapped. Left out: kernel-level
-effects (tile quantisation, small-batch GEMM inefficiency), which the calibrated model captures;
-the causal mask (Ap counts every query-key pair of a chunk, about twice what causal attention
-computes inside the chunk, so very long prefills are priced high); and the reads of earlier KV
-by a prefill chunk.
+Where the defaults come from: the GEMM and attention terms were read off NVIDIA
+aiconfigurator's measured H100-SXM kernel tables shipped in ``data/calibration`` (TensorRT-LLM
+1.3.0rc20, Llama-3.1-8B shapes), the all-reduce terms off its measured H100 custom all-reduce
+table (TensorRT-LLM 1.3.0rc20, 2-8 GPUs, 1 K-32 M elements); ``configs/step_time/roofline.yaml``
+gives each figure. They are kernel measurements, not serving runs: nothing here is fitted to
+the end-to-end runs that ``benchmarks/fidelity.py`` scores the roofline on.
+
+Left out: tile and wave quantisation (the measured efficiencies average over them), GEMM
+efficiency falling at small token counts beyond the floor, the causal mask (Ap counts every
+query-key pair of a chunk; the efficiency was read off on that count), the reads of earlier KV
+by a prefill chunk, element-wise kernels (norms, activations: fused or small), overlap of
+communication with compute, and load imbalance between experts.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from sim.catalog.deployment import Deployment
-from sim.catalog.model import bytes_per_element
+from sim.catalog.model import ModelSpec, bytes_per_element
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
 from sim.errors import require
 
-_SURE = 1.0 - 1e-9  # a margin far above float rounding, far below any modelling difference
+_LOW_PRECISION = ("fp8", "fp4")
+_ACTIVATION_BYTES = 2.0  # activations travel between stages in BF16
+
+
+def _fraction(value: float, field: str) -> float:
+    require(0 < value <= 1, f"step_time.{field}", value, "must be in (0, 1]")
+    return float(value)
+
+
+def _non_negative(value: float, field: str) -> float:
+    require(value >= 0, f"step_time.{field}", value, "must be >= 0")
+    return float(value)
+
+
+def attention_precision(deployment: Deployment) -> str:
+    """The precision attention kernels compute at: FP8 with an FP8 KV cache on a GPU that has
+    FP8 tensor cores, BF16 otherwise (whatever the weights' precision)."""
+    if deployment.kv_precision == "fp8" and deployment.gpu.supports("fp8"):
+        return "fp8"
+    return "bf16"
 
 
 class RooflineStepTime(StepTimeModel):
     def __init__(
         self,
         deployment: Deployment,
-        compute_efficiency: float = 0.6,
-        bandwidth_efficiency: float = 0.8,
+        compute_efficiency: float = 0.82,
+        quantized_compute_efficiency: float = 0.61,
+        gemm_half_tokens: float = 73.0,
+        gemm_half_n: float = 10.0,
+        gemm_half_k: float = 132.0,
+        attention_compute_efficiency: float = 0.7,
+        bandwidth_efficiency: float = 0.79,
+        attention_bandwidth_efficiency: float = 0.94,
+        gemm_floor_s: float = 3.3e-6,
+        quantized_gemm_floor_s: float = 13.1e-6,
+        attention_floor_s: float = 8.5e-6,
         step_overhead_s: float = 0.002,
         allreduce_bytes_per_element: float = 2.0,
+        allreduce_bandwidth_efficiency: float = 0.57,
     ) -> None:
-        require(
-            0 < compute_efficiency <= 1,
-            "step_time.compute_efficiency",
-            compute_efficiency,
-            "must be in (0, 1]",
-        )
-        require(
-            0 < bandwidth_efficiency <= 1,
-            "step_time.bandwidth_efficiency",
-            bandwidth_efficiency,
-            "must be in (0, 1]",
-        )
-        require(step_overhead_s >= 0, "step_time.step_overhead_s", step_overhead_s, "must be >= 0")
+        compute_efficiency = _fraction(compute_efficiency, "compute_efficiency")
+        quantized = _fraction(quantized_compute_efficiency, "quantized_compute_efficiency")
+        attn_eff = _fraction(attention_compute_efficiency, "attention_compute_efficiency")
+        bw_eff = _fraction(bandwidth_efficiency, "bandwidth_efficiency")
+        attn_bw_eff = _fraction(attention_bandwidth_efficiency, "attention_bandwidth_efficiency")
+        ar_eff = _fraction(allreduce_bandwidth_efficiency, "allreduce_bandwidth_efficiency")
+        half = {
+            name: _non_negative(value, name)
+            for name, value in (
+                ("gemm_half_tokens", gemm_half_tokens),
+                ("gemm_half_n", gemm_half_n),
+                ("gemm_half_k", gemm_half_k),
+            )
+        }
+        gemm_floor_s = _non_negative(gemm_floor_s, "gemm_floor_s")
+        quantized_floor_s = _non_negative(quantized_gemm_floor_s, "quantized_gemm_floor_s")
+        attention_floor_s = _non_negative(attention_floor_s, "attention_floor_s")
+        step_overhead_s = _non_negative(step_overhead_s, "step_overhead_s")
         require(
             allreduce_bytes_per_element > 0,
             "step_time.allreduce_bytes_per_element",
@@ -63,79 +124,204 @@ class RooflineStepTime(StepTimeModel):
             "must be > 0",
         )
         model, gpu, tp = deployment.model, deployment.gpu, deployment.tp
-        self._model = model
-        self._tp = tp
-        self._bytes_per_param = bytes_per_element(deployment.weights_precision, "precision.weights")
-        flops_per_s = gpu.flops_per_s(deployment.weights_precision) * compute_efficiency
-        bytes_per_s = gpu.hbm_bandwidth_bytes_per_s * bandwidth_efficiency
-        # Seconds per unit of each term, per GPU, precomputed: this runs every step.
-        self._s_per_token_flops = model.flops_per_token() / tp / flops_per_s
-        self._s_per_attn_pair = model.attention_flops_per_token_pair() / tp / flops_per_s
-        self._s_per_kv_token = deployment.memory.kv_bytes_per_token_per_gpu / bytes_per_s
-        self._bytes_per_s = bytes_per_s
-        self._dense = model.num_experts <= 1
-        self._weights_s = model.weight_bytes(self._bytes_per_param) / tp / bytes_per_s
+        pp, ep = deployment.pp, deployment.ep
+        bpp = bytes_per_element(deployment.weights_precision, "precision.weights")
+        layers = model.num_layers / pp  # per stage
+        low = deployment.weights_precision in _LOW_PRECISION
+        self._gemms = _Gemms(
+            model,
+            tp=tp,
+            layers=layers,
+            bytes_per_param=bpp,
+            flops_per_s=gpu.flops_per_s(deployment.weights_precision)
+            * (quantized if low else compute_efficiency),
+            bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * bw_eff,
+            floor_s=quantized_floor_s if low else gemm_floor_s,
+            half_tokens=half["gemm_half_tokens"],
+            half_n=half["gemm_half_n"],
+            half_k=half["gemm_half_k"],
+        )
+        attn_flops_per_s = gpu.flops_per_s(attention_precision(deployment)) * attn_eff
+        # Seconds per unit of each term, per GPU and per pipeline stage, precomputed: this runs
+        # every step.
+        self._s_per_attn_pair = model.attention_flops_per_token_pair() / tp / attn_flops_per_s / pp
+        kv_per_token_stage = deployment.memory.kv_bytes_per_token_per_gpu
+        self._s_per_kv_token = kv_per_token_stage / (gpu.hbm_bandwidth_bytes_per_s * attn_bw_eff)
+        attention_fixed_s = layers * attention_floor_s
+
+        link_s_per_byte = 1.0 / (gpu.interconnect_bytes_per_s * ar_eff)
+        latency = gpu.interconnect_latency_s
+        token_bytes = model.hidden_size * allreduce_bytes_per_element
+        comm_per_token = 0.0
+        comm_fixed = 0.0
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
-            per_token = (
-                ring
-                * model.hidden_size
-                * allreduce_bytes_per_element
-                / gpu.interconnect_bytes_per_s
-            )
-            n_allreduce = 2 * model.num_layers
-            self._allreduce_s_per_token = n_allreduce * per_token
-            self._allreduce_fixed_s = n_allreduce * gpu.interconnect_latency_s
-        else:
-            self._allreduce_s_per_token = 0.0
-            self._allreduce_fixed_s = 0.0
-        self._fixed_s = self._allreduce_fixed_s + float(step_overhead_s)  # every step pays it
+            moe_layers = layers if (model.is_moe and ep > 1) else 0.0
+            allreduces = 2 * layers - moe_layers  # EP trades the FFN's all-reduce for all-to-alls
+            comm_per_token += allreduces * ring * token_bytes * link_s_per_byte
+            comm_fixed += allreduces * latency
+            if moe_layers:
+                share = model.experts_per_token * (ep - 1) / (ep * ep)
+                comm_per_token += 2 * moe_layers * share * token_bytes * link_s_per_byte
+                comm_fixed += 2 * moe_layers * latency
+        self._comm_per_token = comm_per_token
+        self._fixed_s = comm_fixed + attention_fixed_s  # every stage pass pays it
+        # pipeline: (m + pp - 1) passes of one micro-batch through a stage, pp - 1 hand-offs
+        self._pp = pp
+        self._microbatches = deployment.pp_microbatches
+        self._handoff_per_token = (pp - 1) * model.hidden_size * _ACTIVATION_BYTES * link_s_per_byte
+        self._handoff_fixed = (pp - 1) * latency if pp > 1 else 0.0
+        self._step_overhead_s = step_overhead_s
 
-    def _weights_read_s(self, num_tokens: int) -> float:
-        if self._dense:
-            return self._weights_s
-        active = self._model.active_weight_bytes_per_step(self._bytes_per_param, num_tokens)
-        return active / self._tp / self._bytes_per_s
+    def _stage_s(
+        self, tokens: float, logits: float, prefill_attn: float, decode_context: float
+    ) -> float:
+        """One micro-batch's pass through the last stage (the one with the LM head)."""
+        gemm = self._gemms.seconds(tokens, logits)
+        decode_compute = self._s_per_attn_pair * decode_context
+        kv = self._s_per_kv_token * (decode_context + tokens)
+        attention = self._s_per_attn_pair * prefill_attn + (
+            decode_compute if decode_compute > kv else kv
+        )
+        return gemm + attention + (self._comm_per_token * tokens + self._fixed_s)
 
     def step_time_s(self, shape: StepShape) -> float:
-        decode_context = shape.decode_context
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
-        compute = self._s_per_token_flops * tokens + self._s_per_attn_pair * (
-            shape.prefill_attn + decode_context
+        # the LM head runs for each decode and the last token of the prefills (counted as one,
+        # as the step shape does not say how many prompts end in the step)
+        logits = shape.num_decode_seqs + (1 if shape.num_prefill_tokens else 0)
+        if self._pp == 1:
+            stage = self._stage_s(tokens, logits, shape.prefill_attn, shape.decode_context)
+            return stage + self._step_overhead_s
+        m = min(self._microbatches, tokens) or 1  # no micro-batch smaller than one token
+        stage = self._stage_s(
+            tokens / m, logits / m, shape.prefill_attn / m, shape.decode_context / m
         )
-        memory = self._weights_read_s(tokens) + self._s_per_kv_token * (decode_context + tokens)
-        busy = compute if compute > memory else memory
-        return busy + (self._allreduce_s_per_token * tokens + self._fixed_s)
+        handoff = self._handoff_per_token * (tokens / m) + self._handoff_fixed
+        return (m + self._pp - 1) * stage + handoff + self._step_overhead_s
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
-        # step_time_s with P = Ap = 0, operation for operation (the same products and sums in
-        # the same order), so each duration is bit-for-bit what a single step would cost.
+        if self._pp > 1 or num_steps < VECTOR_MIN_STEPS:
+            return super().decode_stretch_s(first, context_growth, num_steps)
+        # step_time_s with P = Ap = 0 and pp = 1, operation for operation (the same products and
+        # sums in the same order), so each duration is bit-for-bit what a single step costs.
         tokens = first.num_decode_seqs
-        decode_context = first.decode_context
-        token_compute = self._s_per_token_flops * tokens
-        weights = self._weights_read_s(tokens)
-        per_step = self._allreduce_s_per_token * tokens + self._fixed_s
-        s_attn, s_kv = self._s_per_attn_pair, self._s_per_kv_token
-        if num_steps >= VECTOR_MIN_STEPS:
-            each = decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
-            busy = np.maximum(token_compute + s_attn * each, weights + s_kv * (each + tokens))
-            return busy + per_step
-        contexts = (
-            range(decode_context, decode_context + context_growth * num_steps, context_growth)
-            if context_growth
-            else [decode_context] * num_steps
-        )
-        # Compute and memory time are both linear in the context: when memory wins at both
-        # ends of the stretch, by more than rounding could undo, it wins at every step between.
-        lo, hi = contexts[0], contexts[-1]
-        if (
-            token_compute + s_attn * lo < (weights + s_kv * (lo + tokens)) * _SURE
-            and token_compute + s_attn * hi < (weights + s_kv * (hi + tokens)) * _SURE
-        ):
-            return [weights + s_kv * (context + tokens) + per_step for context in contexts]
-        durations = []
-        for context in contexts:
-            compute = token_compute + s_attn * context
-            memory = weights + s_kv * (context + tokens)
-            durations.append((compute if compute > memory else memory) + per_step)
-        return durations
+        gemm = self._gemms.seconds(tokens, tokens)
+        prefill_attention = self._s_per_attn_pair * 0
+        tail = self._comm_per_token * tokens + self._fixed_s
+        each = first.decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+        decode_compute = self._s_per_attn_pair * each
+        kv = self._s_per_kv_token * (each + tokens)
+        attention = prefill_attention + np.maximum(decode_compute, kv)
+        return ((gemm + attention) + tail) + self._step_overhead_s
+
+
+class _Gemms:
+    """The GEMMs of one pipeline stage on one GPU, each priced as
+    ``floor + max(flops / (peak·eff(m, n, k)), weight bytes / bandwidth)``.
+
+    ``eff(m, n, k) = peak_share · m/(m + m½) · n/(n + n½) · k/(k + k½)``: a GEMM reaches its
+    share of the peak only when the token count ``m`` and both of its per-GPU matrix dimensions
+    are large; a tensor-parallel shard is narrower, so it runs further below the peak. Dense
+    layers have four GEMMs (fused QKV, output, fused gate+up, down) with their per-GPU shapes;
+    an MoE's routed experts are one grouped GEMM per layer over the weights the batch touches,
+    each expert seeing ``m·experts_per_token/num_experts`` tokens on average. The LM head runs
+    once per stage pass for the sequences that produce a token.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        *,
+        tp: int,
+        layers: float,
+        bytes_per_param: float,
+        flops_per_s: float,
+        bytes_per_s: float,
+        floor_s: float,
+        half_tokens: float,
+        half_n: float,
+        half_k: float,
+    ) -> None:
+        self._model = model
+        self._tp = tp
+        self._layers = layers
+        self._bpp = bytes_per_param
+        self._flops_per_s = flops_per_s
+        self._bytes_per_s = bytes_per_s
+        self._floor_s = floor_s
+        self._half = (half_tokens, half_n, half_k)
+        h, d = model.hidden_size, model.head_dim
+        q_heads = model.num_attention_heads / tp
+        kv_heads = max(1.0, model.num_kv_heads / tp)  # a KV head is replicated, never split
+        # (n, k) per GPU of each GEMM that every layer runs, and their parameters
+        self._layer_shapes: list[tuple[float, float]] = [
+            ((q_heads + 2 * kv_heads) * d, h),  # fused QKV projection
+            (h, q_heads * d),  # attention output projection
+        ]
+        attention_params = (model.num_attention_heads + 2 * model.num_kv_heads) * d * h
+        attention_params += model.num_attention_heads * d * h
+        if model.is_moe:
+            self._expert_params_per_layer = model.expert_params() / model.num_layers
+        else:
+            self._layer_shapes += [
+                (2 * model.ffn_size / tp, h),  # fused gate and up projections
+                (h, model.ffn_size / tp),  # down projection
+            ]
+            self._expert_params_per_layer = 0.0
+        # MoE: what the attention, embeddings, LM head and routed experts leave (router, shared
+        # experts, dense layers' FFNs) runs for every token whatever the routing
+        shared = model.non_expert_params() - model.num_layers * attention_params
+        shared -= 2 * model.vocab_size * h
+        self._shared_params_per_layer = max(0.0, shared) / model.num_layers if model.is_moe else 0.0
+        self._lm_head = (model.vocab_size / tp, h)
+        self._cache: dict[tuple[float, float], float] = {}
+
+    def _eff(self, m: float, n: float, k: float) -> float:
+        hm, hn, hk = self._half
+        return m / (m + hm) * n / (n + hn) * k / (k + hk)
+
+    def _one(self, m: float, n: float, k: float) -> float:
+        """Seconds of one GEMM of ``m`` tokens against an ``n × k`` weight shard."""
+        if m <= 0:
+            return 0.0
+        compute = 2.0 * m * n * k / (self._flops_per_s * self._eff(m, n, k))
+        memory = n * k * self._bpp / self._bytes_per_s
+        return self._floor_s + (compute if compute > memory else memory)
+
+    def seconds(self, tokens: float, logits: float) -> float:
+        """All GEMMs of a stage pass over ``tokens`` tokens, ``logits`` of them through the LM
+        head. Memoised: a run has few distinct (tokens, logits) pairs."""
+        key = (tokens, logits)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        per_layer = sum(self._one(tokens, n, k) for n, k in self._layer_shapes)
+        if self._model.is_moe:
+            per_layer += self._experts(tokens)
+        total = self._layers * per_layer + self._one(logits, *self._lm_head)
+        if len(self._cache) < 100_000:
+            self._cache[key] = total
+        return total
+
+    def _experts(self, tokens: float) -> float:
+        """One layer's routed experts (gate+up and down: two grouped GEMMs) on one GPU."""
+        model = self._model
+        if tokens <= 0:
+            return 0.0
+        per_expert_tokens = tokens * model.experts_per_token / model.num_experts
+        touched = model.expected_experts_touched(math.ceil(tokens))  # a micro-batch: a share
+        params = self._expert_params_per_layer / self._tp
+        ffn = model.ffn_size
+        eff = self._eff(per_expert_tokens, ffn, model.hidden_size)
+        flops = 2.0 * tokens * model.experts_per_token * params
+        compute = flops / (self._flops_per_s * eff)
+        memory = touched * params * self._bpp / self._bytes_per_s
+        routed = 2 * self._floor_s + (compute if compute > memory else memory)
+        shared = self._shared_params_per_layer / self._tp
+        if shared <= 0:
+            return routed
+        shared_eff = self._eff(tokens, model.hidden_size, model.hidden_size)
+        shared_compute = 2.0 * tokens * shared / (self._flops_per_s * shared_eff)
+        shared_memory = shared * self._bpp / self._bytes_per_s
+        return routed + self._floor_s + max(shared_compute, shared_memory)

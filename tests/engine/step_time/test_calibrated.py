@@ -13,7 +13,7 @@ from sim.engine.step_time.calibrated import CalibratedStepTime
 from sim.engine.step_time.profile import Profile, shipped_profile_dir
 from sim.errors import ConfigError
 from sim.run import simulate
-from tests.support import compose
+from tests.support import compose, deployment
 
 
 def test_a_profile_for_another_model_or_gpu_is_refused():
@@ -93,3 +93,10 @@ def test_a_calibrated_run_meets_the_contract(tmp_path):
     assert result.summary["completed"] == 100
     # TPOT of a few requests decoding together on H100 is a weights read: ~ 3-8 ms at tp=2
     assert 0.002 < result.summary["tpot_s"]["p50"] < 0.008
+
+
+@pytest.mark.parametrize("overrides", [{"pp": 2}, {"ep": 2, "model": "mixtral_8x7b", "tp": 2}])
+def test_calibrated_refuses_pipeline_and_expert_parallelism(overrides):
+    field = "pp" if "pp" in overrides else "ep"
+    with pytest.raises(ConfigError, match=rf"^fleet\.{field}=2: a calibrated profile"):
+        CalibratedStepTime(deployment(**overrides))
