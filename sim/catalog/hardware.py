@@ -4,11 +4,19 @@ A ``GPU`` is memory capacity (what bounds weights + KV cache), memory bandwidth 
 decode, which reads every weight and each request's KV every step), dense tensor-core throughput
 per precision (what bounds prefill), an interconnect for tensor-parallel all-reduce (bandwidth and
 a fixed latency per all-reduce), a price and a power draw. The numbers live in
-``configs/hardware/*.yaml`` as vendor datasheet figures in the vendors' units (decimal GB,
-TFLOP/s, microseconds); ``GPU.from_config`` converts them to SI units (bytes, FLOP/s, seconds)
-so that nothing downstream converts again.
+``configs/hardware/*.yaml`` in the units their sources use (decimal GB/s, TFLOP/s, microseconds);
+``GPU.from_config`` converts them to SI units (bytes, FLOP/s, seconds) so that nothing
+downstream converts again.
 
-Left out on purpose: achievable-vs-peak efficiency (the step-time models own those factors as
+Memory is the capacity the device reports, not the datasheet's round number: an "80 GB" H100
+shows 81,559 MiB in nvidia-smi, about 79.6 GiB = 85.5e9 bytes, not 80e9 bytes (HBM is sized in
+binary units). The catalog gives it as ``memory_gib``; ``memory_gb`` (decimal GB, the key older
+configs use) still works and wins when set. Engines size the KV cache from that total, so the
+difference (about 7%) is KV capacity.
+
+Left out on purpose: the few hundred MiB the driver keeps out of what CUDA can allocate (vLLM
+sees about 0.5 GiB less than nvidia-smi's total on an H100; the runtime reserve covers it),
+achievable-vs-peak efficiency (the step-time models own those factors as
 named config fields), sparsity (serving runs dense GEMMs, so the catalog holds dense figures),
 clock throttling and power capping, MIG partitions, multi-node networking (InfiniBand between
 nodes), and host memory / PCIe offload bandwidth.
@@ -27,7 +35,8 @@ from sim.errors import ConfigError
 # runs fp16 at its bf16 rate; from_config copies the bf16 figure.
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 
-_GB = 1e9  # vendors quote memory and bandwidth in decimal gigabytes
+_GB = 1e9  # vendors quote bandwidth (and datasheet memory) in decimal gigabytes
+_GIB = 2**30  # devices report memory in binary gibibytes
 _TERA = 1e12
 _US = 1e-6
 
@@ -76,8 +85,9 @@ class GPU:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | HardwareConfig) -> GPU:
         """Build a GPU from a ``hardware`` config node in vendor units (checked against
-        ``HardwareConfig`` when it is plain data), converted to SI units. fp16 runs at the
-        bf16 rate where the table does not say otherwise."""
+        ``HardwareConfig`` when it is plain data), converted to SI units. Memory is
+        ``memory_gb`` decimal GB when set, else ``memory_gib`` GiB. fp16 runs at the bf16 rate
+        where the table does not say otherwise."""
         c = cfg if isinstance(cfg, HardwareConfig) else HardwareConfig.from_config(cfg)
         flops: dict[str, float | None] = {
             p: None if v is None else v * _TERA for p, v in c.dense_tflops.items()
@@ -85,7 +95,7 @@ class GPU:
         flops.setdefault("fp16", flops["bf16"])
         return cls(
             name=c.name,
-            memory_bytes=c.memory_gb * _GB,
+            memory_bytes=c.memory_gb * _GB if c.memory_gb is not None else c.memory_gib * _GIB,
             hbm_bandwidth_bytes_per_s=c.hbm_bandwidth_gb_per_s * _GB,
             dense_flops_per_s={p: flops.get(p) for p in PRECISIONS},
             interconnect_bytes_per_s=c.interconnect_gb_per_s * _GB,

@@ -18,9 +18,11 @@ Bounds and why:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.validation import (
     INT32_MAX,
@@ -39,6 +41,8 @@ from sim.config.validation import (
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 KV_PRECISIONS = ("bf16", "fp16", "fp8")
+GB = 1e9  # decimal gigabyte: datasheets' unit
+GIB = 2**30  # binary gibibyte: what nvidia-smi, rocm-smi and the engines report
 
 
 # -- what is deployed -----------------------------------------------------------------------
@@ -67,12 +71,20 @@ class ModelConfig(StrictModel):
 
 class HardwareConfig(StrictModel):
     """One GPU's datasheet figures in vendor units (``configs/hardware/``;
-    ``sim.catalog.hardware``)."""
+    ``sim.catalog.hardware``).
+
+    Memory is given one of two ways. ``memory_gib``: the total the device reports (nvidia-smi,
+    rocm-smi), in GiB = 2**30 bytes; the catalog uses it. ``memory_gb``: decimal GB = 1e9 bytes,
+    the datasheet's unit and the key older configs and overrides use; when it is set it wins
+    (``memory_gib`` is then derived from it). One of the two is required.
+    """
 
     section: ClassVar[str] = "hardware"
 
     name: Text
-    memory_gb: Positive
+    # memory_gb before memory_gib: a bad memory_gb is reported before "memory_gib required"
+    memory_gb: Positive | None = None
+    memory_gib: Positive
     hbm_bandwidth_gb_per_s: Positive
     dense_tflops: dict[Literal["bf16", "fp16", "fp8", "fp4"], Positive | None]
     interconnect_gb_per_s: Positive
@@ -81,12 +93,29 @@ class HardwareConfig(StrictModel):
     power_w: Positive
     sources: dict[str, str] = {}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_gb_wins(cls, data: Any) -> Any:
+        """A decimal ``memory_gb`` given by the user replaces the catalog's ``memory_gib``; a
+        ``memory_gb`` that is not a positive number is left for its own check to refuse."""
+        if not isinstance(data, Mapping):
+            return data
+        gb = data.get("memory_gb")
+        if (
+            isinstance(gb, int | float)
+            and not isinstance(gb, bool)
+            and math.isfinite(gb)
+            and gb > 0
+        ):
+            return {**data, "memory_gib": gb * GB / GIB}
+        return data
+
     @field_validator("dense_tflops")
     @classmethod
     def _needs_bf16(cls, value: dict[str, float | None]) -> dict[str, float | None]:
         # every serving GPU runs bf16, and the step-time models need at least that figure
         if value.get("bf16") is None:
-            raise ValueError("needs a bf16 figure (TFLOP/s)")
+            raise ValueError("needs a bf16 figure (TFLOP/s): set hardware.dense_tflops.bf16")
         return value
 
 
@@ -98,11 +127,28 @@ class PrecisionConfig(StrictModel):
 
 
 class MemoryConfig(StrictModel):
+    """How an engine splits a GPU's memory (``configs/memory/``; ``sim.catalog.memory``). The
+    vLLM rule (``gpu_memory_utilization``) applies unless one of the other engines' knobs is
+    set: TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` or SGLang's
+    ``mem_fraction_static`` (at most one of the two)."""
+
     section: ClassVar[str] = "memory"
 
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
     activation_reserve_gib: NonNegative
+    kv_cache_free_gpu_mem_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = None
     request_tokens: Tokens | None = None  # fleetcast memory only: one request length to show
+
+    @field_validator("mem_fraction_static")
+    @classmethod
+    def _one_engine_rule(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is not None and info.data.get("kv_cache_free_gpu_mem_fraction") is not None:
+            raise ValueError(
+                "cannot be set together with memory.kv_cache_free_gpu_mem_fraction: one engine's"
+                " rule at a time (SGLang's or TensorRT-LLM's)"
+            )
+        return value
 
 
 class KvConfig(StrictModel):

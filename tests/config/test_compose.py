@@ -32,6 +32,17 @@ EXTRA = {
     ("workload", "trace"): ["workload.path=shipped:traces/azure_llm_2023_conv.parquet"],
     ("workload", "daily"): ["workload.qps=5", "workload.duration_s=60"],
     ("placement", "dedicated"): ["fleet.replicas=2"],  # one replica per model
+    # a GPU given entirely on the command line (an H100's figures)
+    ("hardware", "custom"): [
+        "hardware.name=custom-H100",
+        "hardware.memory_gib=79.6474609375",
+        "hardware.hbm_bandwidth_gb_per_s=3350",
+        "hardware.dense_tflops.bf16=989",
+        "hardware.interconnect_gb_per_s=450",
+        "hardware.interconnect_latency_us=6",
+        "hardware.usd_per_gpu_hour=2.99",
+        "hardware.power_w=700",
+    ],
 }
 NOT_A_GROUP = {"experiment", "hydra"}  # optional overlays (tested below); Hydra's own groups
 
@@ -73,7 +84,8 @@ def test_every_option_composes_and_runs(group, option):
     assert np.all(np.asarray(result.steps.column("duration_s")) > 0)
     # the run used the option's own values, except those the test overrode
     option_values = OmegaConf.to_container(OmegaConf.load(config_dir() / group / f"{option}.yaml"))
-    overridden = {o.split("=")[0].split(".", 1)[1] for o in overrides if o.startswith(f"{group}.")}
+    # (a nested override, hardware.dense_tflops.bf16, counts for its top key, dense_tflops)
+    overridden = {o.split("=")[0].split(".")[1] for o in overrides if o.startswith(f"{group}.")}
     for key, value in option_values.items():
         if key not in overridden and key != "defaults":
             assert result.config[group][key] == value, (group, option, key)

@@ -123,7 +123,9 @@ def test_zero_denominators_give_none():
 def test_tiers_order_for_every_listed_gpu():
     table = cost_config().prices
     for name, listed in table.items():
-        assert listed.spot < listed.reserved < listed.on_demand, name
+        # the tiers a GPU lists (some list on-demand only) are ordered spot < reserved < on-demand
+        prices = [p for p in (listed.spot, listed.reserved, listed.on_demand) if p is not None]
+        assert prices and all(a < b for a, b in zip(prices, prices[1:], strict=False)), name
     for tier in TIERS:
         price, used_tier, source = gpu_price(cost_config(tier=tier), H100)
         assert price == getattr(table["H100-SXM"], tier)
@@ -135,6 +137,8 @@ def test_price_table_covers_the_catalog():
     hardware file's, so the default (tier null) and tier=on_demand agree."""
     table = cost_config().prices
     for stem, hw in HARDWARE.items():
+        if stem == "custom":  # every figure of hardware=custom is the user's, the price too
+            continue
         listed = table[hw["name"]]
         assert listed.on_demand == hw["usd_per_gpu_hour"], stem
         assert listed.source and listed.date, stem
