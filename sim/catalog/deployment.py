@@ -52,14 +52,11 @@ def build_deployment(cfg: DeploymentConfig | Mapping[str, Any]) -> Deployment:
         activation_reserve_gib=cfg.memory.activation_reserve_gib,
         block_size=cfg.kv.block_size,
         num_blocks=cfg.kv.num_blocks,
+        kv_cache_free_gpu_mem_fraction=cfg.memory.kv_cache_free_gpu_mem_fraction,
+        mem_fraction_static=cfg.memory.mem_fraction_static,
+        pp=cfg.fleet.pp,
     )
     fleet = cfg.fleet
-    require(
-        fleet.pp <= model.num_layers,
-        "fleet.pp",
-        fleet.pp,
-        f"more pipeline stages than {model.short_name}'s {model.num_layers} layers",
-    )
     require(
         fleet.ep in (1, fleet.tp),
         "fleet.ep",

@@ -14,6 +14,11 @@ binary units). The catalog gives it as ``memory_gib``; ``memory_gb`` (decimal GB
 configs use) still works and wins when set. Engines size the KV cache from that total, so the
 difference (about 7%) is KV capacity.
 
+Two measured kernel figures, where NVIDIA's aiconfigurator has collected them for the GPU
+(``gemm_floor_us``: what a GEMM costs however small its matrix, the intercept of time against
+weight bytes at 1-8 tokens; ``attention_floor_us``: the fastest decode attention call). They
+set the roofline's per-kernel floors; a GPU without them gets the roofline's defaults.
+
 Left out on purpose: the few hundred MiB the driver keeps out of what CUDA can allocate (vLLM
 sees about 0.5 GiB less than nvidia-smi's total on an H100; the runtime reserve covers it),
 achievable-vs-peak efficiency (the step-time models own those factors as
@@ -57,6 +62,8 @@ class GPU:
     interconnect_latency_s: float
     usd_per_gpu_hour: float
     power_w: float
+    gemm_floor_s: float | None = None
+    attention_floor_s: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def flops_per_s(self, precision: str) -> float:
@@ -102,5 +109,7 @@ class GPU:
             interconnect_latency_s=c.interconnect_latency_us * _US,
             usd_per_gpu_hour=c.usd_per_gpu_hour,
             power_w=c.power_w,
+            gemm_floor_s=None if c.gemm_floor_us is None else c.gemm_floor_us * _US,
+            attention_floor_s=None if c.attention_floor_us is None else c.attention_floor_us * _US,
             sources=dict(c.sources),
         )

@@ -106,6 +106,16 @@ def _share_gpu(
         tp=own.tp,
         gpu_memory_utilization=cfg.memory.gpu_memory_utilization,
         block_size=cfg.kv.block_size,
+        kv_cache_free_gpu_mem_fraction=cfg.memory.kv_cache_free_gpu_mem_fraction,
+        pp=own.pp,
+    )
+    # SGLang's rule takes no reserve from its static pool, so the other model's weights (passed
+    # as reserve below) would vanish from the plan: two SGLang engines on one GPU are not modelled
+    require(
+        cfg.memory.mem_fraction_static is None,
+        "memory.mem_fraction_static",
+        cfg.memory.mem_fraction_static,
+        "placement=colocated is modelled with vLLM's or TensorRT-LLM's memory rule only",
     )
     # The other model's weights, and its engine's own runtime reserve (activations, CUDA
     # graphs), are memory this model cannot use.

@@ -91,6 +91,9 @@ class HardwareConfig(StrictModel):
     interconnect_latency_us: Positive
     usd_per_gpu_hour: Positive
     power_w: Positive
+    # measured kernel floors (null: not measured; the roofline then uses its default)
+    gemm_floor_us: Positive | None = None
+    attention_floor_us: Positive | None = None
     sources: dict[str, str] = {}
 
     @model_validator(mode="before")

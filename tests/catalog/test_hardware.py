@@ -199,7 +199,8 @@ def test_unknown_hardware_field_is_refused():
     cfg = load(config_dir() / "hardware" / "h100_sxm.yaml")
     cfg["memory_tb"] = 80
     with pytest.raises(
-        ConfigError, match=r"^hardware\.memory_tb=80: unknown key; known: dense_tflops, "
+        ConfigError,
+        match=r"^hardware\.memory_tb=80: unknown key; known: attention_floor_us, dense_tflops, ",
     ):
         GPU.from_config(cfg)
 

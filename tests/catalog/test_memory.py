@@ -316,3 +316,35 @@ def test_format_plan_is_in_gib_and_names_the_rule():
     sglang = format_plan(plan(mem_fraction_static=0.85, pp=2), LLAMA8B, H100, "bf16", "bf16", [])
     assert "rule: SGLang: KV = memory x mem_fraction_static (0.85) - weights" in sglang
     assert "weights per GPU (bf16, tp=1, pp=2)" in sglang
+
+
+@pytest.mark.parametrize(
+    ("override", "engine"),
+    [
+        ([], VLLM),
+        (["memory.kv_cache_free_gpu_mem_fraction=0.9"], TRTLLM),
+        (["memory.mem_fraction_static=0.85"], SGLANG),
+    ],
+)
+def test_the_engines_memory_rule_and_pipeline_stages_reach_a_run(override, engine):
+    from tests.support import compose
+
+    for pp in (1, 2):
+        cfg = compose(*override, f"fleet.pp={pp}")
+        dep = build_deployment(cfg)
+        memory = cfg["memory"]
+        plan = plan_memory(
+            dep.model,
+            dep.gpu,
+            weights_precision="bf16",
+            kv_precision="bf16",
+            tp=1,
+            gpu_memory_utilization=memory["gpu_memory_utilization"],
+            activation_reserve_gib=memory["activation_reserve_gib"],
+            block_size=cfg["kv"]["block_size"],
+            kv_cache_free_gpu_mem_fraction=memory["kv_cache_free_gpu_mem_fraction"],
+            mem_fraction_static=memory["mem_fraction_static"],
+            pp=pp,
+        )
+        assert dep.memory == plan
+        assert dep.memory.rule.engine == engine and dep.memory.pp == pp and dep.num_gpus == pp

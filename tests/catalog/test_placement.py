@@ -99,3 +99,13 @@ def test_placement_inputs_are_checked():
         placed(compose("placement=dedicated", "placement.second_model_replicas=2"), 2)
     with pytest.raises(ConfigError, match="^placement.traffic_share=1.5"):
         placed(compose("placement=colocated", "placement.traffic_share=1.5"), 1)
+
+
+def test_colocation_under_sglangs_memory_rule_is_refused():
+    cfg = compose(
+        "placement=colocated",
+        "placement.second_model=llama31_8b",
+        "memory.mem_fraction_static=0.85",
+    )
+    with pytest.raises(ConfigError, match=r"^memory\.mem_fraction_static=0\.85: placement="):
+        placed(cfg, 2)

@@ -4,9 +4,10 @@ For one engine step of a replica (``tp`` GPUs per stage, ``pp`` stages):
 
 - memory floor: the weights the step reads (an MoE: the experts its tokens touch; never the
   input embedding table, of which a step reads one row per token) plus the KV
-  cache its decoding sequences attend, over the GPUs' peak HBM bandwidth. Each GPU of a stage
-  holds ``1/tp`` of its stage's weights and KV, and the stages of one batch run one after the
-  other, so the floor is ``(weights_read / tp + kv_bytes_per_token_on_one_gpu_of_tp · Ad) / peak``.
+  cache its decoding sequences attend, over the GPUs' peak HBM bandwidth. Each GPU holds
+  ``1/tp`` of its stage's weights and KV. The batch's first (micro-)batch crosses the ``pp``
+  stages one after the other, each reading its weights, and the last stage then reads its
+  KV share: ``(weights_read / tp + kv_bytes_per_token_on_one_gpu_of_tp · Ad / pp) / peak``.
 - compute floor: the step's FLOPs (GEMMs ``2·active_params`` per token less the embedding
   lookup, which multiplies nothing; attention
   ``attn_flops`` per query-key pair, with causal prefill counted as half of Ap, which is never
@@ -44,7 +45,7 @@ class PhysicalFloor:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         weights = self._model.active_weight_bytes_per_step(self._bytes_per_param, tokens)
         weights -= self._embedding_bytes
-        kv = self._kv_per_token * shape.decode_context
+        kv = self._kv_per_token * shape.decode_context / self._pp
         return (weights / self._tp + kv) / self._bandwidth
 
     def compute_s(self, shape: StepShape) -> float:

@@ -59,6 +59,10 @@ from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
 from sim.errors import require
 
 _LOW_PRECISION = ("fp8", "fp4")
+# Kernel floors for a GPU the catalog has no measurement for: the medians over the 7 GPUs that
+# have one (configs/hardware/*.yaml, gemm_floor_us 2.8-10.1 us, attention_floor_us 6.6-10.5 us)
+DEFAULT_GEMM_FLOOR_S = 3.7e-6
+DEFAULT_ATTENTION_FLOOR_S = 7.3e-6
 _ACTIVATION_BYTES = 2.0  # activations travel between stages in BF16
 
 
@@ -92,9 +96,9 @@ class RooflineStepTime(StepTimeModel):
         attention_compute_efficiency: float = 0.7,
         bandwidth_efficiency: float = 0.79,
         attention_bandwidth_efficiency: float = 0.94,
-        gemm_floor_s: float = 3.3e-6,
+        gemm_floor_s: float | None = None,
         quantized_gemm_floor_s: float = 13.1e-6,
-        attention_floor_s: float = 8.5e-6,
+        attention_floor_s: float | None = None,
         step_overhead_s: float = 0.002,
         allreduce_bytes_per_element: float = 2.0,
         allreduce_bandwidth_efficiency: float = 0.57,
@@ -113,6 +117,13 @@ class RooflineStepTime(StepTimeModel):
                 ("gemm_half_k", gemm_half_k),
             )
         }
+        gpu = deployment.gpu
+        # null: the GPU's measured figure (hardware.gemm_floor_us, attention_floor_us), else the
+        # median over the GPUs that have one
+        if gemm_floor_s is None:
+            gemm_floor_s = gpu.gemm_floor_s or DEFAULT_GEMM_FLOOR_S
+        if attention_floor_s is None:
+            attention_floor_s = gpu.attention_floor_s or DEFAULT_ATTENTION_FLOOR_S
         gemm_floor_s = _non_negative(gemm_floor_s, "gemm_floor_s")
         quantized_floor_s = _non_negative(quantized_gemm_floor_s, "quantized_gemm_floor_s")
         attention_floor_s = _non_negative(attention_floor_s, "attention_floor_s")
@@ -123,7 +134,7 @@ class RooflineStepTime(StepTimeModel):
             allreduce_bytes_per_element,
             "must be > 0",
         )
-        model, gpu, tp = deployment.model, deployment.gpu, deployment.tp
+        model, tp = deployment.model, deployment.tp
         pp, ep = deployment.pp, deployment.ep
         bpp = bytes_per_element(deployment.weights_precision, "precision.weights")
         layers = model.num_layers / pp  # per stage

@@ -160,7 +160,9 @@ def test_pipeline_stages_split_the_layers_and_pay_the_bubble():
 
 
 def test_pipeline_needs_layers_for_every_stage():
-    with pytest.raises(ConfigError, match=r"^fleet\.pp=33: more pipeline stages than"):
+    with pytest.raises(
+        ConfigError, match=r"^fleet\.pp=33: must be at most Llama-3.1-8B's 32 layers"
+    ):
         deployment(pp=33)
 
 
