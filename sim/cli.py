@@ -10,6 +10,9 @@
                                            DIR may be shipped:calibration
     fleetcast profile model=NAME --out CSV [--device D] [--dtype T] [--layers N]
                                            time engine steps with PyTorch (the calibrate CSV)
+    fleetcast model import CONFIG_JSON [--name ORG/NAME] [--output FILE]
+                                           a Hugging Face config.json as a catalog YAML
+                                           (or run it directly: model=hf model.config_path=PATH)
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -30,7 +33,7 @@ from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
-COMMANDS = ("run", "memory", "collect", "calibrate", "profile")
+COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model")
 USAGE = __doc__
 
 
@@ -226,6 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         from sim.calibration.profiler import main as profile_main
 
         sys.exit(profile_main(argv))
+    if command == "model":
+        from sim.catalog.model_import import main as model_main
+
+        sys.exit(model_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)

@@ -48,25 +48,73 @@ GIB = 2**30  # binary gibibyte: what nvidia-smi, rocm-smi and the engines report
 # -- what is deployed -----------------------------------------------------------------------
 
 
+Dim = Annotated[Int, Field(ge=1, le=INT32_MAX)]
+"""A layer count, a width or a head count."""
+
+
 class ModelConfig(StrictModel):
-    """A transformer's serving-relevant shape (``configs/model/``; ``sim.catalog.model``)."""
+    """A transformer's serving-relevant shape (``configs/model/``; ``sim.catalog.model``).
+
+    With ``config_path`` (a Hugging Face config.json; ``model=hf``) the shape fields may be left
+    out or null: the catalog fills them from that file when it builds the model
+    (``sim.catalog.hf_config``), and a field given here wins over the file's. The filling
+    happens in the catalog, not here, because ``sim.config`` may not import ``sim.catalog``.
+    Without ``config_path`` every shape field is required.
+    """
 
     section: ClassVar[str] = "model"
+    FROM_CONFIG_JSON: ClassVar[tuple[str, ...]] = (
+        "name",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "ffn_size",
+        "vocab_size",
+        "num_experts",
+        "experts_per_token",
+        "max_context_tokens",
+        "num_params",
+        "num_active_params",
+    )
+    """The required fields, which a config.json can give instead."""
 
-    name: Text
-    num_layers: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    hidden_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    num_attention_heads: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    num_kv_heads: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    head_dim: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    ffn_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    vocab_size: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    num_experts: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    experts_per_token: Annotated[Int, Field(ge=1, le=INT32_MAX)]
-    max_context_tokens: Tokens
-    num_params: Positive
-    num_active_params: Positive
+    config_path: Text | None = None  # a path, or shipped:models/<entry>/config.json
+    name: Text | None
+    num_layers: Dim | None
+    hidden_size: Dim | None
+    num_attention_heads: Dim | None
+    num_kv_heads: Dim | None
+    head_dim: Dim | None  # of queries and keys (MLA: qk_nope_head_dim + qk_rope_head_dim)
+    ffn_size: Dim | None  # the dense FFN's intermediate size (and the experts' by default)
+    vocab_size: Dim | None
+    num_experts: Dim | None  # routed experts per MoE layer; 1: dense
+    experts_per_token: Dim | None
+    max_context_tokens: Tokens | None
+    num_params: Positive | None
+    num_active_params: Positive | None
+    # mixture of experts beyond Mixtral's shape (null / 0: like Mixtral)
+    moe_ffn_size: Dim | None = None  # a routed expert's intermediate size; null: ffn_size
+    num_shared_experts: NonNegativeInt = 0  # experts every token uses (DeepSeek, Qwen-MoE)
+    shared_expert_ffn_size: Dim | None = None  # null: moe_ffn_size
+    num_dense_layers: NonNegativeInt = 0  # layers with a dense FFN instead of experts
+    # multi-head latent attention (DeepSeek-V2/V3); null: ordinary K and V heads
+    kv_lora_rank: Dim | None = None  # the cached latent's width
+    qk_rope_head_dim: Dim | None = None  # the cached RoPE key's width
+    v_head_dim: Dim | None = None  # null: head_dim
     sources: dict[str, str] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _required_unless_config_json(cls, data: Any) -> Any:
+        """Without ``config_path`` a null shape field is a missing one ("required"); with it, a
+        missing one is null: to be read from the file."""
+        if not isinstance(data, Mapping):
+            return data
+        if data.get("config_path") is None:
+            return {k: v for k, v in data.items() if v is not None or k not in cls.FROM_CONFIG_JSON}
+        return {**dict.fromkeys(cls.FROM_CONFIG_JSON), **data}
 
 
 class HardwareConfig(StrictModel):
