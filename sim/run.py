@@ -98,6 +98,13 @@ def simulate(
     num_replicas = run.fleet.replicas
     placement = build_placement(run, run.placement, num_replicas)
     deployment = placement.deployments[0]
+    if cfg["model"].get("config_path") is not None:
+        # what the config.json gave goes into the run's config.yaml and its summary table
+        model = deployment.model
+        cfg["model"] = {
+            key: getattr(model, key) if value is None and hasattr(model, key) else value
+            for key, value in cfg["model"].items()
+        }
     step_times = [build(cfg["step_time"], "step_time", deployment=d) for d in placement.deployments]
     router = build(cfg["router"], "router", rng=rng.stream(run.seed, "router"))
     workload = build_workload(run.workload, run.seed)

@@ -55,6 +55,7 @@ def test_catalogs_are_complete():
         "rtx4090",
     ]
     assert [p.stem for p in MODEL_FILES] == [
+        "hf",
         "llama2_7b",
         "llama31_70b",
         "llama31_8b",
@@ -237,8 +238,8 @@ def test_custom_gpu_given_entirely_by_overrides(capsys):
     out = capsys.readouterr().out
     assert "Llama-3.1-8B on MyGPU" in out
     assert "94.00 GiB" in out
-    # KV = 0.9 x 94 GiB - 16.06e9 - 2 GiB, in 2 MiB blocks
-    blocks = int((0.9 * 94 * 2**30 - 16.06e9 - 2 * 2**30) // (16 * 131_072))
+    # KV = 0.9 x 94 GiB - Llama-3.1-8B's 8,030,261,248 BF16 weights - 2 GiB, in 2 MiB blocks
+    blocks = int((0.9 * 94 * 2**30 - 8_030_261_248 * 2 - 2 * 2**30) // (16 * 131_072))
     assert f"{blocks:,}" in out
 
 

@@ -381,6 +381,11 @@ def test_model_hf_runs_a_moe_config_json_end_to_end(tmp_path):
     model = spec(path)
     assert model.kv_bytes_per_token(2.0) == 98_304
     assert summary["kv_capacity_tokens"] > 0
+    # the summary table and the run's config.yaml name the model and hold the file's numbers
+    assert proc.stdout.startswith("Fleetcast: Qwen3-30B-A3B on 1 replica(s)")
+    recorded = yaml.safe_load((out / "config.yaml").read_text())["model"]
+    assert recorded["num_layers"] == QWEN3_30B_A3B["num_hidden_layers"]
+    assert recorded["num_params"] == model.num_params
     check = REPO_ROOT.parent / "shared" / "tools" / "check_run.py"
     if check.is_file():
         import subprocess

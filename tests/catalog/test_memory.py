@@ -12,6 +12,9 @@ from sim.catalog.model import ModelSpec
 from sim.errors import ConfigError
 from tests.support import option
 
+W8 = 8_030_261_248 * 2  # Llama-3.1-8B's BF16 weights: its config.json's exact count
+W70 = 70_553_706_496 * 2  # Llama-3.1-70B's
+
 H100 = GPU.from_config(option("hardware", "h100_sxm"))
 H100_BYTES = 81_559 * 2**20  # nvidia-smi's total for an "80 GB" H100
 LLAMA8B = ModelSpec.from_config(option("model", "llama31_8b"))
@@ -38,9 +41,9 @@ def test_llama31_8b_bf16_on_h100():
     assert p.rule.engine == VLLM and p.pp == 1
     assert p.gpu_memory_bytes == H100_BYTES == 85_520_809_984
     assert p.usable_bytes == 0.9 * H100_BYTES
-    assert p.weight_bytes_per_gpu == 16.06e9
+    assert p.weight_bytes_per_gpu == W8
     assert p.reserve_bytes_per_gpu == RESERVE
-    assert p.kv_free_bytes_per_gpu == 0.9 * H100_BYTES - 16.06e9 - RESERVE
+    assert p.kv_free_bytes_per_gpu == 0.9 * H100_BYTES - W8 - RESERVE
     assert p.kv_bytes_per_token_per_gpu == 131_072  # 128 KiB
     assert p.num_blocks == 28_019  # floor(58_761_245_337.6 / (16 * 131_072))
     assert p.kv_capacity_tokens == 28_019 * 16 == 448_304
@@ -58,19 +61,19 @@ def test_binary_memory_gives_about_7_percent_more_kv_than_decimal():
 def test_fp8_kv_halves_bytes_per_token_and_doubles_blocks():
     p = plan(kv="fp8")
     assert p.kv_bytes_per_token_per_gpu == 65_536
-    assert p.num_blocks == 56_039  # floor(58_761_245_337.6 / (16 * 65_536))
+    assert p.num_blocks == 56_038  # floor(58_761_245_337.6 / (16 * 65_536))
 
 
 def test_tp2_halves_weights_and_kv_per_gpu():
     p = plan(tp=2)
-    assert p.weight_bytes_per_gpu == 8.03e9
+    assert p.weight_bytes_per_gpu == W8 / 2
     assert p.kv_bytes_per_token_per_gpu == 65_536
-    assert p.num_blocks == 63_697  # floor((0.9 * H100 - 8.03e9 - 2 GiB) / (16 * 65_536))
+    assert p.num_blocks == 63_696  # floor((0.9 * H100 - W8 / 2 - 2 GiB) / (16 * 65_536))
 
 
 def test_fp8_weights_halve_weight_bytes_and_give_more_kv_tokens():
     bf16, fp8 = plan(), plan(weights="fp8")
-    assert fp8.weight_bytes_per_gpu == bf16.weight_bytes_per_gpu / 2 == 8.03e9
+    assert fp8.weight_bytes_per_gpu == bf16.weight_bytes_per_gpu / 2 == W8 / 2
     assert fp8.num_blocks == 31_848
     assert fp8.kv_capacity_tokens > bf16.kv_capacity_tokens
 
@@ -79,7 +82,7 @@ def test_num_blocks_override_is_honoured():
     p = plan(num_blocks=100)
     assert p.num_blocks == 100
     assert p.kv_capacity_tokens == 1600
-    assert p.kv_free_bytes_per_gpu == 0.9 * H100_BYTES - 16.06e9 - RESERVE  # still reported
+    assert p.kv_free_bytes_per_gpu == 0.9 * H100_BYTES - W8 - RESERVE  # still reported
 
 
 def test_vllm_rule_against_a_real_vllm_log():
@@ -111,9 +114,9 @@ def test_vllm_rule_against_a_real_vllm_log():
 
 def test_70b_bf16_at_tp2_on_two_80gb_gpus_fits_and_did_not_in_decimal_gb():
     p = plan(model=LLAMA70B, tp=2)
-    assert p.weight_bytes_per_gpu == 70.6e9
+    assert p.weight_bytes_per_gpu == W70 / 2
     assert p.kv_bytes_per_token_per_gpu == 2 * 80 * 4 * 128 * 2 == 163_840
-    assert p.num_blocks == 1_610  # floor((0.9 * H100 - 70.6e9 - 2 GiB) / (16 * 163_840))
+    assert p.num_blocks == 1_627  # floor((0.9 * H100 - W70 / 2 - 2 GiB) / (16 * 163_840))
     a100 = GPU.from_config(option("hardware", "a100_80g"))  # 81,920 MiB
     assert plan(model=LLAMA70B, gpu=a100, tp=2).num_blocks > p.num_blocks
     with pytest.raises(ConfigError, match="weights, reserve and one KV block"):
@@ -127,25 +130,27 @@ def test_32k_prompt_of_a_32b_model_fits_one_h100():
 
 
 def test_tensorrt_llm_rule_by_hand():
-    # KV = 0.9 x (memory - weights - reserve) = 0.9 x (85_520_809_984 - 16.06e9 - 2 GiB)
+    # KV = 0.9 x (memory - weights - reserve) = 0.9 x (85_520_809_984 - W8 - 2 GiB)
+    TRT_KV = 0.9 * (H100_BYTES - W8 - RESERVE)  # 60,581,523,456 bytes
     p = plan(kv_cache_free_gpu_mem_fraction=0.9)
     assert p.rule.engine == TRTLLM
-    assert p.kv_free_bytes_per_gpu == pytest.approx(60_581_993_702.4, abs=1e-3)
-    assert p.num_blocks == 28_887 == math.floor(60_581_993_702.4 / BLOCK_8B)
+    assert p.kv_free_bytes_per_gpu == pytest.approx(TRT_KV, abs=1e-3)
+    assert p.num_blocks == 28_887 == math.floor(TRT_KV / BLOCK_8B)
     assert p.reserve_bytes_per_gpu == RESERVE
-    assert p.usable_bytes == pytest.approx(16.06e9 + RESERVE + 60_581_993_702.4)
+    assert p.usable_bytes == pytest.approx(W8 + RESERVE + TRT_KV)
     # gpu_memory_utilization no longer matters
     assert plan(kv_cache_free_gpu_mem_fraction=0.9, gpu_memory_utilization=0.5) == p
 
 
 def test_sglang_rule_by_hand():
     # KV = 0.85 x memory - weights; activations live outside the static fraction
+    SGLANG_KV = 0.85 * H100_BYTES - W8  # 56,632,165,990.4 bytes
     p = plan(mem_fraction_static=0.85)
     assert p.rule.engine == SGLANG
     assert p.usable_bytes == 0.85 * H100_BYTES
     assert p.reserve_bytes_per_gpu == 0
-    assert p.kv_free_bytes_per_gpu == pytest.approx(56_632_688_486.4, abs=1e-3)
-    assert p.num_blocks == 27_004 == math.floor(56_632_688_486.4 / BLOCK_8B)
+    assert p.kv_free_bytes_per_gpu == pytest.approx(SGLANG_KV, abs=1e-3)
+    assert p.num_blocks == 27_004 == math.floor(SGLANG_KV / BLOCK_8B)
     assert plan(mem_fraction_static=0.85, activation_reserve_gib=10.0) == p
 
 
@@ -153,7 +158,7 @@ def test_sglang_refusal_names_its_knob():
     with pytest.raises(ConfigError) as err:
         plan(model=LLAMA70B, tp=2, mem_fraction_static=0.8)
     assert str(err.value) == (
-        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 65.8 GiB per GPU with tp=2,"
+        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 65.7 GiB per GPU with tp=2,"
         " 2.0 GiB more than the 63.7 GiB usable (memory.mem_fraction_static=0.8 of 79.6 GiB);"
         " it fits with fleet.tp=4 or precision.weights=fp8 or memory.mem_fraction_static=0.95"
     )
@@ -162,24 +167,24 @@ def test_sglang_refusal_names_its_knob():
 def test_tensorrt_llm_refusal_counts_the_reserve_and_one_block_over_the_fraction():
     with pytest.raises(ConfigError) as err:
         plan(model=LLAMA70B, kv_cache_free_gpu_mem_fraction=0.9)
-    # 141.2e9 B of weights + 2 GiB + one 2.5 MiB block / 0.9, against all 79.6 GiB
+    # W70 B of weights + 2 GiB + one 2.5 MiB block / 0.9, against all 79.6 GiB
     assert str(err.value) == (
         "hardware='H100-SXM': Llama-3.1-70B weights, reserve and one KV block at bf16 need"
-        " 133.5 GiB per GPU with tp=1, 53.9 GiB more than the 79.6 GiB usable"
+        " 133.4 GiB per GPU with tp=1, 53.8 GiB more than the 79.6 GiB usable"
         " (memory.kv_cache_free_gpu_mem_fraction=0.9 of what weights and reserve leave of"
         " 79.6 GiB); it fits with fleet.tp=2 or precision.weights=fp8"
     )
-    # KV = 0.9 x (memory - 70.6e9 - 2 GiB), in blocks of 16 x 163,840 bytes
-    blocks = math.floor(0.9 * (H100_BYTES - 70.6e9 - RESERVE) / (16 * 163_840))
+    # KV = 0.9 x (memory - W70 / 2 - 2 GiB), in blocks of 16 x 163,840 bytes
+    blocks = math.floor(0.9 * (H100_BYTES - W70 / 2 - RESERVE) / (16 * 163_840))
     assert plan(model=LLAMA70B, tp=2, kv_cache_free_gpu_mem_fraction=0.9).num_blocks == blocks
 
 
 def test_pp2_halves_weights_and_kv_per_token_per_gpu():
     one, two = plan(), plan(pp=2)
     assert two.pp == 2
-    assert two.weight_bytes_per_gpu == one.weight_bytes_per_gpu / 2 == 8.03e9
+    assert two.weight_bytes_per_gpu == one.weight_bytes_per_gpu / 2 == W8 / 2
     assert two.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu / 2 == 65_536
-    assert two.num_blocks == 63_697  # as tp=2: the same bytes per GPU
+    assert two.num_blocks == 63_696  # as tp=2: the same bytes per GPU
     # an uneven split: the largest stage holds ceil(32 / 3) = 11 layers
     assert plan(pp=3).kv_bytes_per_token_per_gpu == 131_072 * 11 / 32
     assert plan(pp=1) == one
@@ -245,8 +250,8 @@ def test_70b_bf16_on_one_80gb_gpu_is_refused_in_one_line():
     assert "H100-SXM" in message
     # how short it is, and the nearest settings that fit (checked with the same arithmetic)
     assert message == (
-        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 131.5 GiB per GPU with tp=1, "
-        "59.8 GiB more than the 71.7 GiB usable (memory.gpu_memory_utilization=0.9 of 79.6 GiB); "
+        "hardware='H100-SXM': Llama-3.1-70B weights at bf16 need 131.4 GiB per GPU with tp=1, "
+        "59.7 GiB more than the 71.7 GiB usable (memory.gpu_memory_utilization=0.9 of 79.6 GiB); "
         "it fits with fleet.tp=2 or precision.weights=fp8"  # an H100 has no fp4
     )
     assert plan(model=LLAMA70B, tp=2).num_blocks >= 1
@@ -258,15 +263,15 @@ def test_70b_on_a_40gb_gpu_at_tp2_is_refused_and_tp4_fits():
     with pytest.raises(ConfigError) as err:
         plan(model=LLAMA70B, gpu=a100, tp=2)
     assert str(err.value) == (
-        "hardware='A100-40G-SXM': Llama-3.1-70B weights at bf16 need 65.8 GiB per GPU with tp=2,"
-        " 29.8 GiB more than the 36.0 GiB usable (memory.gpu_memory_utilization=0.9 of 40.0 GiB);"
+        "hardware='A100-40G-SXM': Llama-3.1-70B weights at bf16 need 65.7 GiB per GPU with tp=2,"
+        " 29.7 GiB more than the 36.0 GiB usable (memory.gpu_memory_utilization=0.9 of 40.0 GiB);"
         " it fits with fleet.tp=4"  # an A100 computes neither fp8 nor fp4
     )
     p = plan(model=LLAMA70B, gpu=a100, tp=4)
-    assert p.weight_bytes_per_gpu == 35.3e9
+    assert p.weight_bytes_per_gpu == W70 / 4
     assert p.kv_bytes_per_token_per_gpu == 2 * 80 * 2 * 128 * 2 == 81_920
-    # floor((0.9 * 40 GiB - 35.3e9 - 2 GiB) / (16 * 81_920))
-    assert p.num_blocks == math.floor((0.9 * 40 * 2**30 - 35.3e9 - RESERVE) / (16 * 81_920))
+    # floor((0.9 * 40 GiB - W70 / 4 - 2 GiB) / (16 * 81_920))
+    assert p.num_blocks == math.floor((0.9 * 40 * 2**30 - W70 / 4 - RESERVE) / (16 * 81_920))
 
 
 @pytest.mark.parametrize(
@@ -307,7 +312,7 @@ def test_format_plan_is_in_gib_and_names_the_rule():
         "  rule: vLLM: KV = memory x gpu_memory_utilization (0.9) - weights - reserve"
     )
     assert "79.65 GiB" in text  # 81,559 MiB
-    assert "14.96 GiB" in text  # 16.06e9 bytes
+    assert "14.96 GiB" in text  # W8 bytes
     assert "128.0 KiB" in text
     assert "28,019" in text and "448,304" in text
     assert "requests of 1,024 tokens that fit at once" in text

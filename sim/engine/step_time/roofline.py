@@ -265,23 +265,29 @@ class _Gemms:
         h, d = model.hidden_size, model.head_dim
         q_heads = model.num_attention_heads / tp
         kv_heads = max(1.0, model.num_kv_heads / tp)  # a KV head is replicated, never split
-        # (n, k) per GPU of each GEMM that every layer runs, and their parameters
-        self._layer_shapes: list[tuple[float, float]] = [
-            ((q_heads + 2 * kv_heads) * d, h),  # fused QKV projection
-            (h, q_heads * d),  # attention output projection
-        ]
-        attention_params = (model.num_attention_heads + 2 * model.num_kv_heads) * d * h
-        attention_params += model.num_attention_heads * d * h
+        # (n, k) per GPU of each GEMM that every layer runs, and their parameters. MLA's
+        # low-rank projections are not spelled out: they join the per-token remainder below.
+        self._layer_shapes: list[tuple[float, float]] = []
+        attention_params = 0.0
+        if not model.is_mla:
+            self._layer_shapes += [
+                ((q_heads + 2 * kv_heads) * d, h),  # fused QKV projection
+                (h, q_heads * d),  # attention output projection
+            ]
+            attention_params = (2 * model.num_attention_heads + 2 * model.num_kv_heads) * d * h
         if model.is_moe:
-            self._expert_params_per_layer = model.expert_params() / model.num_layers
+            # a routed expert's share of one MoE layer; dense layers have none
+            self._expert_params_per_layer = model.expert_params() / model.num_moe_layers
+            self._moe_layer_share = model.num_moe_layers / model.num_layers
         else:
             self._layer_shapes += [
                 (2 * model.ffn_size / tp, h),  # fused gate and up projections
                 (h, model.ffn_size / tp),  # down projection
             ]
-            self._expert_params_per_layer = 0.0
+            self._expert_params_per_layer = self._moe_layer_share = 0.0
         # MoE: what the attention, embeddings, LM head and routed experts leave (router, shared
-        # experts, dense layers' FFNs) runs for every token whatever the routing
+        # experts, dense layers' FFNs, MLA's projections) runs for every token whatever the
+        # routing, spread evenly over the layers
         shared = model.non_expert_params() - model.num_layers * attention_params
         shared -= 2 * model.vocab_size * h
         self._shared_params_per_layer = max(0.0, shared) / model.num_layers if model.is_moe else 0.0
@@ -309,7 +315,7 @@ class _Gemms:
             return cached
         per_layer = sum(self._one(tokens, n, k) for n, k in self._layer_shapes)
         if self._model.is_moe:
-            per_layer += self._experts(tokens)
+            per_layer += self._experts(tokens) * self._moe_layer_share + self._shared(tokens)
         total = self._layers * per_layer + self._one(logits, *self._lm_head)
         if len(self._cache) < 100_000:
             self._cache[key] = total
@@ -323,16 +329,18 @@ class _Gemms:
         per_expert_tokens = tokens * model.experts_per_token / model.num_experts
         touched = model.expected_experts_touched(math.ceil(tokens))  # a micro-batch: a share
         params = self._expert_params_per_layer / self._tp
-        ffn = model.ffn_size
-        eff = self._eff(per_expert_tokens, ffn, model.hidden_size)
+        eff = self._eff(per_expert_tokens, model.expert_ffn_size, model.hidden_size)
         flops = 2.0 * tokens * model.experts_per_token * params
         compute = flops / (self._flops_per_s * eff)
         memory = touched * params * self._bpp / self._bytes_per_s
-        routed = 2 * self._floor_s + (compute if compute > memory else memory)
+        return 2 * self._floor_s + (compute if compute > memory else memory)
+
+    def _shared(self, tokens: float) -> float:
+        """One layer's share of the MoE weights every token runs through."""
         shared = self._shared_params_per_layer / self._tp
-        if shared <= 0:
-            return routed
-        shared_eff = self._eff(tokens, model.hidden_size, model.hidden_size)
-        shared_compute = 2.0 * tokens * shared / (self._flops_per_s * shared_eff)
-        shared_memory = shared * self._bpp / self._bytes_per_s
-        return routed + self._floor_s + max(shared_compute, shared_memory)
+        if shared <= 0 or tokens <= 0:
+            return 0.0
+        h = self._model.hidden_size
+        compute = 2.0 * tokens * shared / (self._flops_per_s * self._eff(tokens, h, h))
+        memory = shared * self._bpp / self._bytes_per_s
+        return self._floor_s + (compute if compute > memory else memory)

@@ -110,3 +110,26 @@ def test_the_roofline_never_prices_a_step_below_its_floors(case):
         step_overhead_s=0.0,
     )
     assert [(shape, r) for shape, r in below_floor(ideal, PhysicalFloor(dep)) if r < 0.998] == []
+
+
+def test_the_roofline_holds_to_the_floors_for_mla_and_shared_experts():
+    # DeepSeek-V2-Lite: MLA attention, 2 shared experts, a dense first layer (config dict in
+    # tests/catalog/test_hf_config.py), on one H200
+    from sim.catalog.deployment import build_deployment
+    from sim.catalog.hf_config import model_fields
+    from tests.catalog.test_hf_config import DEEPSEEK_V2_LITE
+    from tests.support import option
+
+    for tp, ep in ((1, 1), (2, 2)):
+        dep = build_deployment(
+            {
+                "model": model_fields(DEEPSEEK_V2_LITE),
+                "hardware": option("hardware", "h200"),
+                "precision": {"weights": "bf16", "kv": "bf16"},
+                "memory": option("memory", "default"),
+                "kv": {"block_size": 16, "num_blocks": None, "watermark": 0.01},
+                "fleet": {"replicas": 1, "tp": tp, "ep": ep},
+            }
+        )
+        assert dep.model.is_mla and dep.model.num_shared_experts == 2
+        assert below_floor(RooflineStepTime(dep), PhysicalFloor(dep)) == []
