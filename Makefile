@@ -4,6 +4,7 @@
 # make test-deep the property tests with twenty times the examples (nightly; ~5 minutes)
 # make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
 # make bench     print the benchmark figures: speed, scale, start-up, sweep throughput, fidelity
+#                (calibrated, and the roofline alone on the 177 runs and the harness samples)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -68,6 +69,8 @@ bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_startup.py
 	$(PY) benchmarks/bench_sweep.py
 	$(PY) benchmarks/fidelity.py
+	$(PY) benchmarks/fidelity.py --roofline
+	$(PY) benchmarks/fidelity_harness.py
 
 clean:
 	rm -rf $(VENV) $(VENV_RAY) outputs multirun .pytest_cache .mypy_cache .ruff_cache build *.egg-info

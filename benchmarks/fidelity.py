@@ -59,6 +59,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from multiprocessing import Pool
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -277,23 +278,31 @@ def roofline_predictions(
     at ``tree`` (this script run again there, in its own process)."""
     if tree is None:
         return simulate_all(runs, replace(Setup(), profile=ROOFLINE, extra=tuple(extra)), per_slot)
-    env = {**os.environ, "PYTHONPATH": tree}
-    out = subprocess.run(
-        [
-            sys.executable,
+    return np.array(
+        json_of_script_in_tree(
             __file__,
-            "--roofline",
-            "--emit-json",
-            f"--requests-per-slot={per_slot}",
-            *(f"--set={item}" for item in extra),
-        ],
-        env=env,
+            tree,
+            [
+                "--roofline",
+                f"--requests-per-slot={per_slot}",
+                *(f"--set={item}" for item in extra),
+            ],
+        )
+    )
+
+
+def json_of_script_in_tree(script: str, tree: str, args: list[str]) -> Any:
+    """Run ``script --emit-json ARGS`` with another checkout's ``sim`` (``PYTHONPATH=tree``, in
+    that folder) and return the JSON it prints last: one benchmark, two trees, one invocation."""
+    out = subprocess.run(
+        [sys.executable, script, "--emit-json", *args],
+        env={**os.environ, "PYTHONPATH": tree},
         check=True,
         capture_output=True,
         text=True,
         cwd=tree,
     ).stdout
-    return np.array(json.loads(out.splitlines()[-1]))
+    return json.loads(out.splitlines()[-1])
 
 
 def roofline_report(args: argparse.Namespace) -> None:

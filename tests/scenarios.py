@@ -10,6 +10,16 @@ RANDOM = [
     "workload.output_tokens={dist:uniform,low:1,high:200}",
     "sim.progress=false",
 ]
+# 20 short fixed-length requests on one replica: a run that takes a fraction of a second.
+TINY = [
+    "fleet.replicas=1",
+    "workload=poisson",
+    "workload.num_requests=20",
+    "workload.qps=10",
+    "workload.prompt_tokens=64",
+    "workload.output_tokens=16",
+    "sim.progress=false",
+]
 TINY_KV = ["kv.num_blocks=40", "kv.block_size=16"]  # 640 tokens: forces preemptions
 SCHEDULERS = {
     "vllm": ["scheduler=vllm"],

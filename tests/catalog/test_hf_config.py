@@ -22,6 +22,7 @@ from sim.catalog.model_import import catalog_yaml
 from sim.config.schema import ModelConfig
 from sim.errors import ConfigError
 from sim.resources import config_dir, data_dir
+from tests.scenarios import TINY
 from tests.support import REPO_ROOT, fleetcast
 
 ENTRIES = sorted(p.stem for p in (config_dir() / "model").glob("*.yaml") if p.stem != "hf")
@@ -364,13 +365,7 @@ def test_model_hf_runs_a_moe_config_json_end_to_end(tmp_path):
         "model=hf",
         f"model.config_path={path}",
         "hardware=h200",  # 61 GB of BF16 weights on one 141 GB GPU
-        "fleet.replicas=1",
-        "workload=poisson",
-        "workload.num_requests=20",
-        "workload.qps=10",
-        "workload.prompt_tokens=64",
-        "workload.output_tokens=16",
-        "sim.progress=false",
+        *TINY,
         f"output_dir={out}",
         cwd=tmp_path,
     )
@@ -396,19 +391,10 @@ def test_model_hf_runs_a_moe_config_json_end_to_end(tmp_path):
 
 
 def test_model_hf_with_a_catalog_file_runs_like_the_catalog_entry(tmp_path):
-    tiny = [
-        "fleet.replicas=1",
-        "workload=poisson",
-        "workload.num_requests=20",
-        "workload.qps=10",
-        "workload.prompt_tokens=64",
-        "workload.output_tokens=16",
-        "sim.progress=false",
-    ]
     runs = {}
     for model in ("model=llama31_8b", "model=hf"):  # hf.yaml's default file is llama31_8b's
         out = tmp_path / model.replace("=", "_")
-        proc = fleetcast(model, *tiny, f"output_dir={out}", cwd=tmp_path)
+        proc = fleetcast(model, *TINY, f"output_dir={out}", cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         runs[model] = json.loads((out / "summary.json").read_text())
     assert runs["model=hf"] == runs["model=llama31_8b"]

@@ -12,17 +12,8 @@ from omegaconf import OmegaConf
 from sim.config.compose import group_options
 from sim.resources import config_dir
 from sim.run import simulate
+from tests.scenarios import TINY
 from tests.support import compose
-
-TINY = [
-    "fleet.replicas=1",
-    "workload=poisson",
-    "workload.num_requests=20",
-    "workload.qps=10",
-    "workload.prompt_tokens=64",
-    "workload.output_tokens=16",
-    "sim.progress=false",
-]
 
 # Options that need more than the defaults to fit or to run briefly.
 EXTRA = {
