@@ -212,19 +212,28 @@ class RooflineStepTime(StepTimeModel):
         return (m + self._pp - 1) * stage + handoff + self._step_overhead_s
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
-        if self._pp > 1 or num_steps < VECTOR_MIN_STEPS:
+        if self._pp > 1:
             return super().decode_stretch_s(first, context_growth, num_steps)
-        # step_time_s with P = Ap = 0 and pp = 1, operation for operation (the same products and
-        # sums in the same order), so each duration is bit-for-bit what a single step costs.
+        # _stage_s + overhead with P = Ap = 0 and pp = 1, operation for operation (the same
+        # products and sums in the same order; the prefill attention term is 0.0, and adding
+        # 0.0 changes no float), so each duration is bit-for-bit what a single step costs.
         tokens = first.num_decode_seqs
         gemm = self._gemms.seconds(tokens, tokens)
-        prefill_attention = self._s_per_attn_pair * 0
         tail = self._comm_per_token * tokens + self._fixed_s
-        each = first.decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
-        decode_compute = self._s_per_attn_pair * each
-        kv = self._s_per_kv_token * (each + tokens)
-        attention = prefill_attention + np.maximum(decode_compute, kv)
-        return ((gemm + attention) + tail) + self._step_overhead_s
+        overhead = self._step_overhead_s
+        s_attn, s_kv = self._s_per_attn_pair, self._s_per_kv_token
+        if num_steps >= VECTOR_MIN_STEPS:
+            each = first.decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
+            attention = np.maximum(s_attn * each, s_kv * (each + tokens))
+            return ((gemm + attention) + tail) + overhead
+        durations = []
+        context = first.decode_context
+        for _ in range(num_steps):
+            compute = s_attn * context
+            kv = s_kv * (context + tokens)
+            durations.append(((gemm + (compute if compute > kv else kv)) + tail) + overhead)
+            context += context_growth
+        return durations
 
 
 class _Gemms:
