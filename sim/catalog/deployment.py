@@ -28,6 +28,16 @@ class Deployment:
     pp_microbatches: int = 1
 
     @property
+    def attention_precision(self) -> str:
+        """The precision attention kernels compute at: FP8 with an FP8 KV cache on a GPU that
+        has FP8 tensor cores (FP8 FMHA in TensorRT-LLM, FlashAttention-3 in vLLM), BF16
+        otherwise, whatever the weights' precision: FP8 or FP4 weights do not make
+        softmax(QK^T)V low-precision."""
+        if self.kv_precision == "fp8" and self.gpu.supports("fp8"):
+            return "fp8"
+        return "bf16"
+
+    @property
     def num_gpus(self) -> int:
         """GPUs of one replica: ``tp`` per pipeline stage, ``pp`` stages."""
         return self.tp * self.pp

@@ -104,7 +104,9 @@ class _Config:
         return ConfigError(FIELD, self.where, reason)
 
     def whole(self, key: str, default: int | None = None) -> int:
-        value = self.data.get(key, default)
+        value = self.data.get(key)
+        if value is None:  # absent, or null as some configs write it: the default
+            value = default
         if value is None:
             raise self.fail(f"{self.model_type} config.json has no {key!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -249,10 +249,46 @@ class ModelSpec:
         return spec
 
 
+_SHAPES_BEHIND_THE_COUNTS = frozenset(
+    {
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "head_dim",
+        "ffn_size",
+        "vocab_size",
+        "num_experts",
+        "experts_per_token",
+        "moe_ffn_size",
+        "num_shared_experts",
+        "shared_expert_ffn_size",
+        "num_dense_layers",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "v_head_dim",
+    }
+)
+
+
 def with_config_json(cfg: ModelConfig) -> ModelConfig:
     """``cfg`` with the fields it leaves out (or null) read from its ``config_path``
     (``sim.catalog.hf_config``); a field it sets wins over the file's."""
     derived = model_fields(cfg.config_path)
     given = {k: getattr(cfg, k) for k in cfg.model_fields_set if getattr(cfg, k) is not None}
+    # A shape changed here would leave the file's parameter counts behind (16 layers priced
+    # with 32 layers' weights): such a change must bring its own counts, or go in the file.
+    reshaped = sorted(
+        k for k in given if k in _SHAPES_BEHIND_THE_COUNTS and given[k] != derived.get(k)
+    )
+    if reshaped and not {"num_params", "num_active_params"} <= set(given):
+        key = reshaped[0]
+        raise ConfigError(
+            f"model.{key}",
+            given[key],
+            f"with model.config_path the parameter counts come from the file ({key}="
+            f"{derived.get(key)} there): set model.num_params and model.num_active_params too, or"
+            " change the config.json",
+        )
     sources = {**derived.pop("sources", {}), **cfg.sources}
     return ModelConfig.from_config({**derived, **given, "sources": sources})

@@ -442,3 +442,19 @@ def test_without_config_path_every_shape_field_is_required():
     with pytest.raises(ConfigError) as err:
         ModelSpec.from_config({"config_path": str(Path("nowhere") / "config.json")})
     assert err.value.field == "model.config_path"
+
+
+def test_a_shape_changed_beside_a_config_json_must_bring_its_own_counts():
+    from sim.catalog.model import ModelSpec
+
+    shipped = {"config_path": "shipped:models/llama31_8b/config.json"}
+    with pytest.raises(ConfigError, match=r"^model\.num_layers=16: with model\.config_path"):
+        ModelSpec.from_config({**shipped, "num_layers": 16})
+    # with its counts it is the user's model; a field that moves no count needs none
+    halved = ModelSpec.from_config(
+        {**shipped, "num_layers": 16, "num_params": 4.5e9, "num_active_params": 4.5e9}
+    )
+    assert (halved.num_layers, halved.num_params) == (16, 4.5e9)
+    assert ModelSpec.from_config({**shipped, "max_context_tokens": 8192}).max_context_tokens == 8192
+    # the file's own value restated is no change
+    assert ModelSpec.from_config({**shipped, "num_layers": 32}).num_params == 8_030_261_248

@@ -20,15 +20,21 @@ not one roofline over the whole step. Per pipeline stage, on each of the ``tp`` 
 - tensor parallelism: two all-reduces per layer of ``T·hidden·2`` bytes, each
   ``interconnect_latency_s + ring_bytes / (interconnect_bw·allreduce_bandwidth_efficiency)``
   (ring: ``2(tp−1)/tp`` of the message). Not overlapped with compute.
-- expert parallelism (``fleet.ep`` = tp, MoE only): the experts are spread whole over the
-  ``ep`` GPUs instead of each being split, and each MoE layer's all-reduce after the FFN is
-  replaced by two all-to-alls (dispatch and combine) of ``T·experts_per_token·hidden·2·
-  (ep−1)/ep²`` bytes per GPU, each paying the interconnect latency.
+- expert parallelism (``fleet.ep`` = tp, MoE only, with one data-parallel rank, as vLLM's
+  ``--enable-expert-parallel`` runs without ``--data-parallel-size``): the routed experts are
+  spread whole over the ``ep`` GPUs instead of each being split, so their GEMMs run at the
+  experts' full width; the MoE output is still all-reduced over the group (vLLM uses
+  all-to-all kernels only with data-parallel attention, ``use_all2all_kernels = dp_size > 1
+  and use_ep`` in its FusedMoEParallelConfig; that mode is not modelled).
 - pipeline parallelism (``fleet.pp`` stages, ``m`` micro-batches): each stage holds
   ``num_layers/pp`` layers; the batch is cut into ``m`` micro-batches that flow through the
-  stages, so a step takes ``(m + pp − 1)`` stage times of one micro-batch (GPipe's bubble:
-  ``pp − 1`` stage times idle per step) plus ``pp − 1`` activation hand-offs of
-  ``T/m·hidden·2`` bytes over the interconnect. The LM head runs on the last stage only.
+  stages: the first crosses the ``pp − 1`` stages before the last, which then runs all ``m``
+  with the LM head, so a step takes ``(pp − 1)`` stage passes without the LM head plus ``m``
+  with it (GPipe's bubble), plus ``pp − 1`` activation hand-offs of ``T/m·hidden·2`` bytes over
+  the catalog's interconnect (NVLink figures: stages across nodes hand off slower). Engines
+  keep ``pp`` batches in flight across steps (vLLM's virtual engines) instead of paying the
+  bubble every step, so memory-bound decode throughput with ``pp > 1`` is underestimated, by up
+  to ``(2pp − 1)/pp`` with one micro-batch per stage.
 - ``step_overhead_s``: the engine's fixed per-step cost (scheduling, sampling, launch).
 
 Where the defaults come from: the GEMM and attention terms were read off NVIDIA
@@ -74,14 +80,6 @@ def _fraction(value: float, field: str) -> float:
 def _non_negative(value: float, field: str) -> float:
     require(value >= 0, f"step_time.{field}", value, "must be >= 0")
     return float(value)
-
-
-def attention_precision(deployment: Deployment) -> str:
-    """The precision attention kernels compute at: FP8 with an FP8 KV cache on a GPU that has
-    FP8 tensor cores, BF16 otherwise (whatever the weights' precision)."""
-    if deployment.kv_precision == "fp8" and deployment.gpu.supports("fp8"):
-        return "fp8"
-    return "bf16"
 
 
 class RooflineStepTime(StepTimeModel):
@@ -134,14 +132,14 @@ class RooflineStepTime(StepTimeModel):
             allreduce_bytes_per_element,
             "must be > 0",
         )
-        model, tp = deployment.model, deployment.tp
-        pp, ep = deployment.pp, deployment.ep
+        model, tp, pp = deployment.model, deployment.tp, deployment.pp
         bpp = bytes_per_element(deployment.weights_precision, "precision.weights")
         layers = model.num_layers / pp  # per stage
         low = deployment.weights_precision in _LOW_PRECISION
         self._gemms = _Gemms(
             model,
             tp=tp,
+            ep=deployment.ep,
             layers=layers,
             bytes_per_param=bpp,
             flops_per_s=gpu.flops_per_s(deployment.weights_precision)
@@ -152,7 +150,7 @@ class RooflineStepTime(StepTimeModel):
             half_n=half["gemm_half_n"],
             half_k=half["gemm_half_k"],
         )
-        attn_flops_per_s = gpu.flops_per_s(attention_precision(deployment)) * attn_eff
+        attn_flops_per_s = gpu.flops_per_s(deployment.attention_precision) * attn_eff
         # Seconds per unit of each term, per GPU and per pipeline stage, precomputed: this runs
         # every step.
         self._s_per_attn_pair = model.attention_flops_per_token_pair() / tp / attn_flops_per_s / pp
@@ -167,14 +165,9 @@ class RooflineStepTime(StepTimeModel):
         comm_fixed = 0.0
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
-            moe_layers = layers if (model.is_moe and ep > 1) else 0.0
-            allreduces = 2 * layers - moe_layers  # EP trades the FFN's all-reduce for all-to-alls
+            allreduces = 2 * layers  # after attention and after the FFN (or experts)
             comm_per_token += allreduces * ring * token_bytes * link_s_per_byte
             comm_fixed += allreduces * latency
-            if moe_layers:
-                share = model.experts_per_token * (ep - 1) / (ep * ep)
-                comm_per_token += 2 * moe_layers * share * token_bytes * link_s_per_byte
-                comm_fixed += 2 * moe_layers * latency
         self._comm_per_token = comm_per_token
         self._fixed_s = comm_fixed + attention_fixed_s  # every stage pass pays it
         # pipeline: (m + pp - 1) passes of one micro-batch through a stage, pp - 1 hand-offs
@@ -187,7 +180,8 @@ class RooflineStepTime(StepTimeModel):
     def _stage_s(
         self, tokens: float, logits: float, prefill_attn: float, decode_context: float
     ) -> float:
-        """One micro-batch's pass through the last stage (the one with the LM head)."""
+        """One micro-batch's pass through a stage; ``logits`` rows through the LM head (0 on
+        every stage but the last)."""
         gemm = self._gemms.seconds(tokens, logits)
         decode_compute = self._s_per_attn_pair * decode_context
         kv = self._s_per_kv_token * (decode_context + tokens)
@@ -205,11 +199,11 @@ class RooflineStepTime(StepTimeModel):
             stage = self._stage_s(tokens, logits, shape.prefill_attn, shape.decode_context)
             return stage + self._step_overhead_s
         m = min(self._microbatches, tokens) or 1  # no micro-batch smaller than one token
-        stage = self._stage_s(
-            tokens / m, logits / m, shape.prefill_attn / m, shape.decode_context / m
-        )
+        per = (tokens / m, shape.prefill_attn / m, shape.decode_context / m)
+        before_last = self._stage_s(per[0], 0, per[1], per[2])  # no LM head there
+        last = self._stage_s(per[0], logits / m, per[1], per[2])
         handoff = self._handoff_per_token * (tokens / m) + self._handoff_fixed
-        return (m + self._pp - 1) * stage + handoff + self._step_overhead_s
+        return (self._pp - 1) * before_last + m * last + handoff + self._step_overhead_s
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         if self._pp > 1:
@@ -254,6 +248,7 @@ class _Gemms:
         model: ModelSpec,
         *,
         tp: int,
+        ep: int = 1,
         layers: float,
         bytes_per_param: float,
         flops_per_s: float,
@@ -265,6 +260,8 @@ class _Gemms:
     ) -> None:
         self._model = model
         self._tp = tp
+        # the width of a routed expert's GEMMs on one GPU: split by tp, or whole under EP
+        self._expert_width = model.expert_ffn_size / (1 if ep > 1 else tp)
         self._layers = layers
         self._bpp = bytes_per_param
         self._flops_per_s = flops_per_s
@@ -338,7 +335,7 @@ class _Gemms:
         per_expert_tokens = tokens * model.experts_per_token / model.num_experts
         touched = model.expected_experts_touched(math.ceil(tokens))  # a micro-batch: a share
         params = self._expert_params_per_layer / self._tp
-        eff = self._eff(per_expert_tokens, model.expert_ffn_size, model.hidden_size)
+        eff = self._eff(per_expert_tokens, self._expert_width, model.hidden_size)
         flops = 2.0 * tokens * model.experts_per_token * params
         compute = flops / (self._flops_per_s * eff)
         memory = touched * params * self._bpp / self._bytes_per_s

@@ -51,11 +51,29 @@ def test_floors_are_the_hand_computed_figures():
     decode = StepShape(0, 4, 0, 4 * 1000)
     assert floor.memory_s(decode) == pytest.approx((weights + kv_per_token * 4000) / 3350e9)
     prefill = StepShape(1000, 0, 1000 * 1000, 0)
-    flops = 2 * (dep.model.num_active_params - embedding) * 1000 + 4 * 32 * 32 * 128 * 1000**2 / 2
-    assert floor.compute_s(prefill) == pytest.approx(flops / 1979e12)  # FP8 is H100's top peak
+    # GEMMs less the embedding and LM head matrices, the LM head once (one logit row), at the
+    # BF16 peak; attention on half the pairs (causal), at BF16 too
+    gemm = 2 * (dep.model.num_active_params - 2 * embedding) * 1000 + 2 * embedding
+    attention = 4 * 32 * 32 * 128 * 1000**2 / 2
+    assert floor.compute_s(prefill) == pytest.approx((gemm + attention) / 989e12)
     on_two = PhysicalFloor(deployment(tp=2))
     assert on_two.memory_s(decode) == pytest.approx(floor.memory_s(decode) / 2)
     assert on_two.compute_s(prefill) == pytest.approx(floor.compute_s(prefill) / 2)
+
+
+def test_each_kind_of_work_is_floored_at_the_peak_it_runs_at():
+    # FP4 weights on a B200: GEMMs at the FP4 peak, but attention at BF16 (a BF16 KV cache):
+    # a model pricing attention at the FP4 peak would fall below this floor
+    dep = deployment(hardware="b200", weights="fp4")
+    attention_only = StepShape(0, 0, 10**8, 0)
+    pairs = 10**8 / 2
+    assert PhysicalFloor(dep).compute_s(attention_only) == pytest.approx(
+        4 * 32 * 32 * 128 * pairs / 2250e12
+    )
+    fp8_kv = deployment(hardware="b200", weights="fp4", kv="fp8")  # FP8 attention kernels
+    assert PhysicalFloor(fp8_kv).compute_s(attention_only) == pytest.approx(
+        4 * 32 * 32 * 128 * pairs / 4500e12
+    )
 
 
 @pytest.mark.parametrize("path", sorted(shipped_profile_dir().glob("*.json")), ids=lambda p: p.stem)
@@ -120,7 +138,7 @@ def test_the_roofline_holds_to_the_floors_for_mla_and_shared_experts():
     from tests.catalog.test_hf_config import DEEPSEEK_V2_LITE
     from tests.support import option
 
-    for tp, ep in ((1, 1), (2, 2)):
+    for tp, ep, pp in ((1, 1, 1), (2, 2, 1), (1, 1, 4)):
         dep = build_deployment(
             {
                 "model": model_fields(DEEPSEEK_V2_LITE),
@@ -128,7 +146,7 @@ def test_the_roofline_holds_to_the_floors_for_mla_and_shared_experts():
                 "precision": {"weights": "bf16", "kv": "bf16"},
                 "memory": option("memory", "default"),
                 "kv": {"block_size": 16, "num_blocks": None, "watermark": 0.01},
-                "fleet": {"replicas": 1, "tp": tp, "ep": ep},
+                "fleet": {"replicas": 1, "tp": tp, "ep": ep, "pp": pp},
             }
         )
         assert dep.model.is_mla and dep.model.num_shared_experts == 2

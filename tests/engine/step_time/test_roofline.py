@@ -142,21 +142,33 @@ def test_fp8_gemms_reach_a_smaller_share_of_their_peak():
 
 
 def test_pipeline_stages_split_the_layers_and_pay_the_bubble():
+    # Llama-3.1-70B on TP 4 x PP 2 with 2 micro-batches, a compute-bound prefill of 8,192 tokens,
+    # by hand: each micro-batch (4,096 tokens) crosses stage 1 (40 layers), then stage 2 (40
+    # layers and the LM head) runs both micro-batches: 1 pass without the LM head + 2 with it
     kwargs = dict(gemm_floor_s=0.0, attention_floor_s=0.0, step_overhead_s=0.0, **EXACT)
+    dep = deployment(model="llama31_70b", tp=4, pp=2, pp_microbatches=2)
+    staged = RooflineStepTime(dep, **kwargs)
+    p, t = 8192, 4096
+    h, link = 8192, 450e9 * 0.57
+    # per GPU (n, k): QKV (16 + 2x2 heads of 128), output, gate+up, down, as tp=4 splits them
+    shapes = [(2560, h), (h, 2048), (14336, h), (h, 7168)]
+    gemms = 40 * sum(2 * t * n * k for n, k in shapes) / (989e12 * 0.82)
+    lm_head = (128256 / 4) * h * 2 / (3350e9 * 0.79)  # half a logit row: memory-bound
+    attention = 4 * 80 * 64 * 128 / 4 / 2 * (p * p / 2) / (989e12 * 0.7)
+    kv_write = t * 2 * 40 * 2 * 128 * 2 / (3350e9 * 0.94)  # 2 KV heads per GPU, 40 layers
+    latency = dep.gpu.interconnect_latency_s
+    allreduces = 80 * (1.5 * t * h * 2 / link + latency)
+    stage = gemms + attention + kv_write + allreduces
+    handoff = t * h * 2 / link + latency
+    expected = 1 * stage + 2 * (stage + lm_head) + handoff
+    assert staged.step_time_s(StepShape(p, 0, p * p, 0)) == pytest.approx(expected, rel=1e-9)
+    assert dep.num_gpus == 8 and dep.memory.pp == 2
+    # the bubble: one micro-batch per stage leaves pp - 1 passes idle, so a step of one
+    # micro-batch on two stages costs more than on one stage of twice the layers
     flat = RooflineStepTime(deployment(model="llama31_70b", tp=4), **kwargs)
-    for pp, micro in ((2, 1), (2, 2), (4, 4)):
-        dep = deployment(model="llama31_70b", tp=4, pp=pp, pp_microbatches=micro)
-        staged = RooflineStepTime(dep, **kwargs)
-        p = 8192  # compute-bound: a stage does 1/pp of the layers on 1/micro of the tokens
-        shape = StepShape(p, 0, p * p, 0)
-        stage = staged._stage_s(p / micro, 1 / micro, p * p / micro, 0)
-        gpu = dep.gpu
-        handoff = (pp - 1) * (p / micro * 8192 * 2 / (gpu.interconnect_bytes_per_s * 0.57))
-        handoff += (pp - 1) * gpu.interconnect_latency_s
-        assert staged.step_time_s(shape) == pytest.approx((micro + pp - 1) * stage + handoff)
-        # the bubble: pp - 1 idle stage passes, so never faster than the flat replica
-        assert staged.step_time_s(shape) > flat.step_time_s(shape) * (micro + pp - 1) / pp / micro
-    assert deployment(model="llama31_70b", tp=4, pp=2).num_gpus == 8
+    one = RooflineStepTime(deployment(model="llama31_70b", tp=4, pp=2, pp_microbatches=1), **kwargs)
+    decode = StepShape(0, 64, 0, 64 * 1000)
+    assert one.step_time_s(decode) > flat.step_time_s(decode)
 
 
 def test_pipeline_needs_layers_for_every_stage():
@@ -166,17 +178,19 @@ def test_pipeline_needs_layers_for_every_stage():
         deployment(pp=33)
 
 
-def test_expert_parallelism_trades_the_ffn_allreduce_for_all_to_alls():
-    tp = RooflineStepTime(deployment(model="mixtral_8x7b", tp=4))
-    ep = RooflineStepTime(deployment(model="mixtral_8x7b", tp=4, ep=4))
-    latency = deployment().gpu.interconnect_latency_s
-    # tp: 2 all-reduces per layer; ep: 1 all-reduce (attention) + 2 all-to-alls per layer
-    assert tp._fixed_s - ep._fixed_s == pytest.approx(32 * (2 - 3) * latency)
-    link = 450e9 * 0.57
-    ring = 2 * 3 / 4 * 4096 * 2 / link
-    all_to_all = 2 * (3 / 16) * 4096 * 2 / link  # 2 experts per token, (ep-1)/ep^2 leaves a GPU
-    assert tp._comm_per_token == pytest.approx(32 * 2 * ring)
-    assert ep._comm_per_token == pytest.approx(32 * (ring + 2 * all_to_all))
+def test_expert_parallelism_runs_whole_experts_and_keeps_the_allreduce():
+    kwargs = dict(gemm_floor_s=0.0, gemm_half_tokens=0, gemm_half_k=0)
+    tp = RooflineStepTime(deployment(model="mixtral_8x7b", tp=4), gemm_half_n=10, **kwargs)
+    ep = RooflineStepTime(deployment(model="mixtral_8x7b", tp=4, ep=4), gemm_half_n=10, **kwargs)
+    # one data-parallel rank: the MoE output is all-reduced over the group either way
+    assert (ep._comm_per_token, ep._fixed_s) == (tp._comm_per_token, tp._fixed_s)
+    # a decode of one token reads the same expert bytes per GPU either way
+    assert ep._gemms._experts(1) == pytest.approx(tp._gemms._experts(1), rel=1e-12)
+    # compute-bound experts: whole experts (n = 14,336) run closer to the peak than a quarter
+    # of each (n = 3,584): efficiency n/(n + 10)
+    tokens = 65536
+    ratio = (3584 / (3584 + 10)) / (14336 / (14336 + 10))
+    assert ep._gemms._experts(tokens) == pytest.approx(tp._gemms._experts(tokens) * ratio)
 
 
 def test_expert_parallelism_needs_experts_and_the_tp_group():
