@@ -249,26 +249,19 @@ class ModelSpec:
         return spec
 
 
-_SHAPES_BEHIND_THE_COUNTS = frozenset(
-    {
-        "num_layers",
-        "hidden_size",
-        "num_attention_heads",
-        "num_kv_heads",
-        "head_dim",
-        "ffn_size",
-        "vocab_size",
-        "num_experts",
-        "experts_per_token",
-        "moe_ffn_size",
-        "num_shared_experts",
-        "shared_expert_ffn_size",
-        "num_dense_layers",
-        "kv_lora_rank",
-        "qk_rope_head_dim",
-        "v_head_dim",
-    }
-)
+# the fields a parameter count depends on: the required shape fields and the optional ones
+_SHAPES_BEHIND_THE_COUNTS = (
+    set(ModelConfig.FROM_CONFIG_JSON)
+    - {"name", "max_context_tokens", "num_params", "num_active_params"}
+) | {
+    "moe_ffn_size",
+    "num_shared_experts",
+    "shared_expert_ffn_size",
+    "num_dense_layers",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "v_head_dim",
+}
 
 
 def with_config_json(cfg: ModelConfig) -> ModelConfig:
