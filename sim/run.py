@@ -117,6 +117,7 @@ def simulate(
             "scheduler",
             kv=kv,
             max_model_len=placement.deployments[model_id].model.max_context_tokens,
+            gpu=placement.deployments[model_id].gpu,  # for engines whose defaults depend on it
         )
 
     # one scheduler per model, built first: it checks the options, and finds the requests

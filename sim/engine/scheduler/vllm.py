@@ -14,27 +14,71 @@ decodes, instead of all in one long step. Engines that stagger context requests 
 (vLLM's ``max_num_partial_prefills`` limits chunked prompts in the same spirit). The measured
 TRT-LLM runs in data/calibration fit 2 better than no limit (benchmarks/fidelity.py).
 
+Defaults as vLLM's own (``EngineArgs.get_batch_defaults`` and
+``_set_default_max_num_seqs_and_batched_tokens_args`` in vllm-project/vllm
+vllm/engine/arg_utils.py, read 2026-12-02): when ``max_num_seqs`` or
+``max_num_batched_tokens`` is null, the OpenAI API server's value for the GPU, which vLLM picks
+by device: on a GPU of 70 GiB or more that is not an A100, 1,024 sequences and 8,192 tokens;
+on any other GPU (A100s included: "Setting large max_num_batched_tokens for A100 reduces
+throughput, see PR #17885"), 256 and 2,048. Then, as vLLM does for defaulted values only:
+without chunked prefill the budget is at least ``max_model_len``; it is at most
+``max_num_seqs × max_model_len``; and a defaulted ``max_num_seqs`` is at most the budget.
+
 Left out: prefix caching, speculative decoding, priorities, the async output processor.
 """
 
 from __future__ import annotations
 
+from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.errors import require
+
+_LARGE_GPU_BYTES = 70 * 2**30  # vLLM's threshold for its larger batch defaults
+
+
+def vllm_batch_defaults(
+    gpu: GPU | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    enable_chunked_prefill: bool,
+    max_model_len: int | None,
+) -> tuple[int, int]:
+    """``(max_num_seqs, max_num_batched_tokens)`` as vLLM's API server sets them on ``gpu``
+    (None: a device vLLM cannot query, which gets the small defaults), for the ones not given."""
+    large = (
+        gpu is not None
+        and gpu.memory_bytes >= _LARGE_GPU_BYTES
+        and "a100" not in (gpu.name.lower())
+    )
+    seqs = max_num_seqs if max_num_seqs is not None else (1024 if large else 256)
+    budget = max_num_batched_tokens
+    if budget is None:
+        budget = 8192 if large else 2048
+        if max_model_len is not None:
+            if not enable_chunked_prefill:
+                budget = max(max_model_len, budget)
+            budget = min(seqs * max_model_len, budget)
+    if max_num_seqs is None:
+        seqs = min(seqs, budget)
+    return seqs, budget
 
 
 class VLLMScheduler(Scheduler):
     def __init__(
         self,
         kv: KVCache,
-        max_num_seqs: int = 256,
-        max_num_batched_tokens: int = 8192,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
         enable_chunked_prefill: bool = True,
         max_model_len: int | None = None,
         max_prefills_per_step: int | None = None,
+        gpu: GPU | None = None,
     ) -> None:
+        max_num_seqs, max_num_batched_tokens = vllm_batch_defaults(
+            gpu, max_num_seqs, max_num_batched_tokens, bool(enable_chunked_prefill), max_model_len
+        )
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
         self.chunked_prefill = bool(enable_chunked_prefill)
         require(

@@ -1,12 +1,17 @@
 """vLLM v1's scheduler on hand-built requests and a tiny KV cache, step by step: the exact plan
 (who advances by how many tokens, who is preempted) and the step shape P, D, Ap, Ad."""
 
+import numpy as np
 import pytest
 
+from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, WAITING
 from sim.engine.scheduler.vllm import VLLMScheduler
+from sim.run import simulate
 from tests.engine.scheduler.steps import decodes, end, prefills, req, shape, step
+from tests.scenarios import RANDOM
+from tests.support import compose, option
 
 
 def test_vllm_chunked_splits_the_budget_between_decode_and_prefill_chunk():
@@ -215,3 +220,49 @@ def test_vllm_max_prefills_per_step_counts_a_running_chunked_prompt():
     assert decodes(plan) == [0] and prefills(plan) == [(1, 3)]
     with pytest.raises(ValueError, match=r"^scheduler.max_prefills_per_step=0: "):
         VLLMScheduler(KVCache(100, 4), max_prefills_per_step=0)
+
+
+@pytest.mark.parametrize(
+    ("hardware", "seqs", "budget"),
+    [
+        ("h100_sxm", 1024, 8192),  # 79.6 GiB, not an A100: vLLM's larger defaults
+        ("h200", 1024, 8192),
+        ("mi300x", 1024, 8192),
+        ("a100_80g", 256, 2048),  # 80 GiB, but an A100: vLLM keeps the small budget on purpose
+        ("l40s", 256, 2048),  # under 70 GiB
+    ],
+)
+def test_defaults_are_vllms_own_for_the_gpu(hardware, seqs, budget):
+    gpu = GPU.from_config(option("hardware", hardware))
+    sched = VLLMScheduler(KVCache(100, 16), max_model_len=131072, gpu=gpu)
+    assert (sched.max_num_seqs, sched.max_num_batched_tokens) == (seqs, budget)
+    # what is given stays as given
+    given = VLLMScheduler(
+        KVCache(100, 16), max_num_seqs=8, max_num_batched_tokens=512, max_model_len=131072, gpu=gpu
+    )
+    assert (given.max_num_seqs, given.max_num_batched_tokens) == (8, 512)
+
+
+def test_defaulted_budget_follows_vllms_adjustments():
+    h100 = GPU.from_config(option("hardware", "h100_sxm"))
+    # without chunked prefill the default budget holds a whole max-length prompt
+    whole = VLLMScheduler(
+        KVCache(100, 16), enable_chunked_prefill=False, max_model_len=32768, gpu=h100
+    )
+    assert whole.max_num_batched_tokens == 32768
+    # never more than max_num_seqs full-length requests, and a defaulted seq cap never above it
+    short = VLLMScheduler(KVCache(100, 16), max_num_seqs=2, max_model_len=1000, gpu=h100)
+    assert short.max_num_batched_tokens == 2000
+    tiny = VLLMScheduler(KVCache(100, 16), max_num_batched_tokens=100, max_model_len=1000, gpu=h100)
+    assert tiny.max_num_seqs == 100
+    # a device vLLM cannot query gets the small defaults
+    assert VLLMScheduler(KVCache(100, 16)).max_num_batched_tokens == 2048
+
+
+def test_a_run_on_an_a100_keeps_steps_within_vllms_2048_token_default():
+    result = simulate(compose(*RANDOM, "hardware=a100_80g", "workload.prompt_tokens=1500"))
+    steps = result.steps
+    tokens = np.asarray(steps.column("num_prefill_tokens")) + np.asarray(
+        steps.column("num_decode_tokens")
+    )
+    assert tokens.max() == 2048  # 120 prompts of 1,500 tokens arriving together fill the budget
