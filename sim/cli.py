@@ -13,6 +13,9 @@
     fleetcast model import CONFIG_JSON [--name ORG/NAME] [--output FILE]
                                            a Hugging Face config.json as a catalog YAML
                                            (or run it directly: model=hf model.config_path=PATH)
+    fleetcast compare RUN_DIR FILE [--index N]
+                                           a run beside a measured benchmark (vLLM, SGLang,
+                                           GuideLLM or AIPerf result file), in its definitions
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -33,7 +36,7 @@ from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
-COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model")
+COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model", "compare")
 USAGE = __doc__
 
 
@@ -233,6 +236,10 @@ def main(argv: list[str] | None = None) -> None:
         from sim.catalog.model_import import main as model_main
 
         sys.exit(model_main(argv))
+    if command == "compare":
+        from sim.harness.compare import main as compare_main
+
+        sys.exit(compare_main(argv))
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)

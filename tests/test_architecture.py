@@ -33,6 +33,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     | {"engine", "workload", "output.metrics", "output.request_log", "output.step_log"},
     "calibration": BASICS | {"config", "catalog", "engine"},
     "sweeps": BASICS | {"config", "output.run_files"},
+    # benchmark result files and run folders, read as files
+    "harness": BASICS | {"output.run_files"},
 }
 ANYTHING = {"run", "cli", "__main__", "__init__"}
 # Third-party packages only some parts may use: SimPy moves time (the fleet only); the
