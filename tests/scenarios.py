@@ -29,4 +29,11 @@ SCHEDULERS = {
     "sarathi": ["scheduler=sarathi", "scheduler.chunk_size=64"],
     "prefill_first": ["scheduler=prefill_first"],
     "static": ["scheduler=static", "scheduler.max_num_seqs=8"],
+    "trtllm": ["scheduler=trtllm"],
+    "trtllm_max_util_chunked": [
+        "scheduler=trtllm",
+        "scheduler.capacity_policy=max_utilization",
+        "scheduler.enable_chunked_context=true",
+        "scheduler.max_num_batched_tokens=48",
+    ],
 }

@@ -88,7 +88,7 @@ def run_configs(draw: st.DrawFn) -> list[str]:
         f"seed={draw(st.integers(0, 2**32))}",
         "sim.progress=false",
     ]
-    scheduler = draw(st.sampled_from(["vllm", "sarathi", "prefill_first", "static"]))
+    scheduler = draw(st.sampled_from(["vllm", "sarathi", "prefill_first", "static", "trtllm"]))
     out += [
         f"scheduler={scheduler}",
         f"scheduler.max_num_seqs={draw(st.integers(1, 12))}",
@@ -100,6 +100,14 @@ def run_configs(draw: st.DrawFn) -> list[str]:
         out.append(f"scheduler.max_prefills_per_step={prefills}")
     if scheduler == "sarathi":
         out.append(f"scheduler.chunk_size={draw(st.integers(4, 128))}")
+    if scheduler == "trtllm":
+        policy = draw(st.sampled_from(["guaranteed_no_evict", "max_utilization"]))
+        chunking = draw(st.sampled_from(["first_come_first_served", "equal_progress"]))
+        out += [
+            f"scheduler.capacity_policy={policy}",
+            f"scheduler.enable_chunked_context={draw(st.booleans())}",
+            f"scheduler.context_chunking_policy={chunking}",
+        ]
     routers = ["round_robin", "random", "least_outstanding", "least_tokens"]
     out.append(f"router={draw(st.sampled_from(routers))}")
     step_time = draw(st.sampled_from(["roofline", "linear", "constant", "calibrated"]))

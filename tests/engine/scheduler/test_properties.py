@@ -40,6 +40,7 @@ from sim.engine.scheduler.plan import StepPlan
 from sim.engine.scheduler.prefill_first import PrefillFirstScheduler
 from sim.engine.scheduler.sarathi import SarathiScheduler
 from sim.engine.scheduler.static import StaticScheduler
+from sim.engine.scheduler.trtllm import CAPACITY_POLICIES, CHUNKING_POLICIES, TRTLLMScheduler
 from sim.engine.scheduler.vllm import VLLMScheduler
 from tests.engine.scheduler.steps import req
 
@@ -55,7 +56,7 @@ SETTINGS = settings(
 # reaching it means the scheduler stopped making progress.
 STEP_CAP = 20_000
 
-KINDS = ["vllm", "sarathi", "prefill_first", "static"]
+KINDS = ["vllm", "sarathi", "prefill_first", "static", "trtllm"]
 
 
 # -- what an example draws --------------------------------------------------------------------
@@ -84,13 +85,15 @@ def schedulers(draw, kind: str, workload: list[Arrival]) -> Scheduler:
         max(1, -(-capacity // block_size)), block_size, draw(st.sampled_from([0.0, 0.0, 0.1, 0.3]))
     )
     max_num_seqs = draw(st.integers(1, 8))
-    chunked = kind == "sarathi" or (kind == "vllm" and draw(st.booleans()))
+    chunked = kind == "sarathi" or (kind in ("vllm", "trtllm") and draw(st.booleans()))
     # Without chunking a prefill runs whole, so budgets around the longest one (prompt +
     # output - 2 for a late recompute) let most requests in; small budgets exercise chunking.
     longest = max(max(a.prompt, a.prompt + a.output - 2) for a in workload)
     budgets = st.integers(max(1, longest * 3 // 4), longest + 10)
     if chunked:
         budgets = st.integers(1, 16) | budgets
+        if kind == "trtllm":  # TRT-LLM chunks in whole KV blocks: its budget holds one
+            budgets = budgets.map(lambda b: max(b, block_size))
     max_num_batched_tokens = draw(budgets)
     if kind == "vllm":
         return VLLMScheduler(
@@ -106,6 +109,15 @@ def schedulers(draw, kind: str, workload: list[Arrival]) -> Scheduler:
             chunk_size=draw(st.integers(1, 64)),
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
+        )
+    if kind == "trtllm":
+        return TRTLLMScheduler(
+            kv,
+            capacity_policy=draw(st.sampled_from(CAPACITY_POLICIES)),
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_chunked_context=chunked,
+            context_chunking_policy=draw(st.sampled_from(CHUNKING_POLICIES)),
         )
     if kind == "prefill_first":
         return PrefillFirstScheduler(
@@ -133,6 +145,16 @@ def check_budget(sched: Scheduler, plan: StepPlan) -> None:
         assert p <= max(0, min(sched.chunk_size, budget) - d), (p, d)
         stalled = [r for r in sched.running if r.is_decoding and r not in plan.decodes]
         assert not stalled, f"Sarathi stalled decodes {ids(stalled)}"
+    elif isinstance(sched, TRTLLMScheduler):
+        # One token per generation request, contexts whole or (chunked) in whole KV blocks,
+        # under max_num_tokens and max_batch_size; guaranteed_no_evict never preempts.
+        assert p + d <= budget, (p, d, budget)
+        assert plan.num_seqs <= sched.max_num_seqs
+        for r, n in plan.prefills:
+            whole = r.num_uncomputed_tokens
+            assert n == whole or (sched.chunked_prefill and n % sched.kv.block_size == 0)
+        if sched.no_evict:
+            assert not plan.preempted
     elif isinstance(sched, VLLMScheduler):
         assert p + d <= budget, (p, d, budget)
         assert len(plan.prefills) <= sched.max_prefills
