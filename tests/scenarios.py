@@ -29,4 +29,10 @@ SCHEDULERS = {
     "sarathi": ["scheduler=sarathi", "scheduler.chunk_size=64"],
     "prefill_first": ["scheduler=prefill_first"],
     "static": ["scheduler=static", "scheduler.max_num_seqs=8"],
+    "sglang": ["scheduler=sglang"],
+    "sglang_mixed_small_chunk": [
+        "scheduler=sglang",
+        "scheduler.enable_mixed_chunk=true",
+        "scheduler.chunked_prefill_size=64",
+    ],
 }
