@@ -36,4 +36,10 @@ SCHEDULERS = {
         "scheduler.enable_chunked_context=true",
         "scheduler.max_num_batched_tokens=48",
     ],
+    "sglang": ["scheduler=sglang"],
+    "sglang_mixed_small_chunk": [
+        "scheduler=sglang",
+        "scheduler.enable_mixed_chunk=true",
+        "scheduler.chunked_prefill_size=64",
+    ],
 }

@@ -88,12 +88,24 @@ def run_configs(draw: st.DrawFn) -> list[str]:
         f"seed={draw(st.integers(0, 2**32))}",
         "sim.progress=false",
     ]
-    scheduler = draw(st.sampled_from(["vllm", "sarathi", "prefill_first", "static", "trtllm"]))
-    out += [
-        f"scheduler={scheduler}",
-        f"scheduler.max_num_seqs={draw(st.integers(1, 12))}",
-        f"scheduler.max_num_batched_tokens={draw(st.integers(16, 512))}",
-    ]
+    scheduler = draw(
+        st.sampled_from(["vllm", "sarathi", "prefill_first", "static", "trtllm", "sglang"])
+    )
+    if scheduler == "sglang":  # SGLang's own option names
+        chunk = draw(st.sampled_from(["null", str(block_size), "64", "8192"]))
+        out += [
+            f"scheduler={scheduler}",
+            f"scheduler.max_running_requests={draw(st.integers(1, 12))}",
+            f"scheduler.chunked_prefill_size={chunk}",
+            f"scheduler.max_prefill_tokens={draw(st.integers(16, 512))}",
+            f"scheduler.enable_mixed_chunk={draw(st.booleans())}",
+        ]
+    else:
+        out += [
+            f"scheduler={scheduler}",
+            f"scheduler.max_num_seqs={draw(st.integers(1, 12))}",
+            f"scheduler.max_num_batched_tokens={draw(st.integers(16, 512))}",
+        ]
     if scheduler == "vllm":
         out.append(f"scheduler.enable_chunked_prefill={draw(st.booleans())}")
         prefills = draw(st.sampled_from(["null", "1", "2"]))

@@ -39,6 +39,7 @@ from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.engine.scheduler.prefill_first import PrefillFirstScheduler
 from sim.engine.scheduler.sarathi import SarathiScheduler
+from sim.engine.scheduler.sglang import SGLangScheduler
 from sim.engine.scheduler.static import StaticScheduler
 from sim.engine.scheduler.trtllm import CAPACITY_POLICIES, CHUNKING_POLICIES, TRTLLMScheduler
 from sim.engine.scheduler.vllm import VLLMScheduler
@@ -56,7 +57,7 @@ SETTINGS = settings(
 # reaching it means the scheduler stopped making progress.
 STEP_CAP = 20_000
 
-KINDS = ["vllm", "sarathi", "prefill_first", "static", "trtllm"]
+KINDS = ["vllm", "sarathi", "prefill_first", "static", "trtllm", "sglang"]
 
 
 # -- what an example draws --------------------------------------------------------------------
@@ -119,6 +120,19 @@ def schedulers(draw, kind: str, workload: list[Arrival]) -> Scheduler:
             enable_chunked_context=chunked,
             context_chunking_policy=draw(st.sampled_from(CHUNKING_POLICIES)),
         )
+    if kind == "sglang":
+        return SGLangScheduler(
+            kv,
+            max_running_requests=max_num_seqs,
+            chunked_prefill_size=draw(st.none() | st.integers(block_size, block_size + 16)),
+            max_prefill_tokens=max_num_batched_tokens,
+            enable_mixed_chunk=draw(st.booleans()),
+            # a low, fast-decaying ratio over-admits, so decode runs out and retracts
+            init_new_token_ratio=draw(st.sampled_from([0.7, 0.3, 0.05])),
+            new_token_ratio_decay_steps=draw(st.sampled_from([600, 5, 1])),
+            retract_decode_steps=draw(st.sampled_from([20, 0])),
+            clip_max_new_tokens=draw(st.sampled_from([4096, 8])),
+        )
     if kind == "prefill_first":
         return PrefillFirstScheduler(
             kv, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
@@ -155,6 +169,19 @@ def check_budget(sched: Scheduler, plan: StepPlan) -> None:
             assert n == whole or (sched.chunked_prefill and n % sched.kv.block_size == 0)
         if sched.no_evict:
             assert not plan.preempted
+    elif isinstance(sched, SGLangScheduler):
+        # A step is prefill or decode; a mixed one carries every running decode. Prompts fit
+        # chunked_prefill_size (less the mixed decodes; a continuing chunk takes at least one
+        # token), or without chunking max_prefill_tokens past the first prompt.
+        if plan.prefills and not sched.enable_mixed_chunk:
+            assert not plan.decodes
+        if plan.decodes:
+            assert ids(plan.decodes) == ids(r for r in sched.running if r.is_decoding)
+        if sched.chunked_prefill_size is not None:
+            assert p <= max(1, sched.chunked_prefill_size - d), (p, d)
+        elif len(plan.prefills) > 1:
+            first = plan.prefills[0][1]
+            assert p - first < sched.max_prefill_tokens + sched.kv.block_size, p
     elif isinstance(sched, VLLMScheduler):
         assert p + d <= budget, (p, d, budget)
         assert len(plan.prefills) <= sched.max_prefills
