@@ -17,10 +17,11 @@ each file's repository, commit and licence) whose model and GPU the catalog can 
   300 s each. SGLang's scheduler is not modelled yet (vLLM's stands in); the runs at 8 and 16
   req/s are overloaded, where throughput is the fleet's capacity.
 
-Every run uses the roofline with its defaults and vLLM's scheduler with its defaults: no
-setting is taken from these files except what the harness ran (model, GPU, TP, lengths, rate,
-count). Compared: mean TTFT and mean TPOT (vLLM files) and output throughput as the harness
-defines them; SGLang's median ITL (the median of every inter-token gap, pooled) against the
+Every run uses the roofline with its defaults and its engine's scheduler with that engine's
+defaults (``scheduler=vllm`` or ``scheduler=sglang``; a checkout without the scheduler uses
+vLLM's): no setting is taken from these files except what the harness ran (model, GPU, TP,
+lengths, rate, count). Compared: mean TTFT and mean TPOT (vLLM files) and output throughput
+as the harness defines them; SGLang's median ITL (the median of every inter-token gap, pooled) against the
 simulated median TPOT (the median request's mean gap after its first token), the nearest
 figure a run's summary holds. A checkout whose catalog lacks a GPU gets it from
 the nearest entry by overrides (its datasheet bandwidth and memory in decimal GB), as a user
@@ -79,6 +80,7 @@ class Run:
     overrides: list[str]
     measured: dict[str, float]  # metric name -> measured value (ms or tokens/s)
     trace: list[tuple[int, int]] | None = None  # per-request (input, output) lengths
+    scheduler: str = "vllm"  # the engine that ran it, as a Fleetcast scheduler
     rate: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -133,6 +135,7 @@ def runs() -> list[Run]:
                 {"median ITL ms": d["median_itl_ms"], "output tok/s": d["output_throughput"]},
                 trace=[(int(a), int(b)) for a, b in zip(prompts, outputs, strict=True)],
                 rate=float(d["request_rate"]),
+                scheduler="sglang",
             )
         )
     return out
@@ -158,13 +161,18 @@ def write_trace(run: Run, folder: Path, index: int) -> Path:
 
 def simulate_run(run: Run, trace: Path, tree_has_gpu: bool) -> dict[str, float]:
     hardware = [f"hardware={run.hardware}"] if tree_has_gpu else FALLBACK[run.hardware]
+    from sim.resources import config_dir
+
+    scheduler = run.scheduler
+    if not (config_dir() / "scheduler" / f"{scheduler}.yaml").exists():
+        scheduler = "vllm"  # an older checkout: the stand-in it had
     cfg = compose_config(
         [
             *hardware,
             *run.overrides,
             "fleet.replicas=1",
             "step_time=roofline",
-            "scheduler=vllm",
+            f"scheduler={scheduler}",
             "workload=trace",
             f"workload.path={trace}",
             "sim.progress=false",
