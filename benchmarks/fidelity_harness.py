@@ -14,18 +14,18 @@ each file's repository, commit and licence) whose model and GPU the catalog can 
   202 out): an approximation of ShareGPT's spread.
 - SGLang ``bench_serving`` (Dec 2024): Llama-3.3-70B BF16 at TP 4 on 4 H200, random 1,024/1,024
   with ``random_range_ratio`` 0 (lengths uniform in [1, 1,024]) at 1, 2, 4, 8 and 16 req/s,
-  300 s each. SGLang's scheduler is not modelled yet (vLLM's stands in); the runs at 8 and 16
-  req/s are overloaded, where throughput is the fleet's capacity.
+  300 s each; the runs at 8 and 16 req/s are overloaded, where throughput is the fleet's
+  capacity.
 
 Every run uses the roofline with its defaults and its engine's scheduler with that engine's
 defaults (``scheduler=vllm`` or ``scheduler=sglang``; a checkout without the scheduler uses
 vLLM's): no setting is taken from these files except what the harness ran (model, GPU, TP,
 lengths, rate, count). Compared: mean TTFT and mean TPOT (vLLM files) and output throughput
-as the harness defines them; SGLang's median ITL (the median of every inter-token gap, pooled) against the
-simulated median TPOT (the median request's mean gap after its first token), the nearest
-figure a run's summary holds. A checkout whose catalog lacks a GPU gets it from
-the nearest entry by overrides (its datasheet bandwidth and memory in decimal GB), as a user
-of that checkout would have had to.
+as the harness defines them; SGLang's median ITL (the median of every inter-token gap,
+pooled) against the simulated median TPOT (the median request's mean gap after its first
+token), the nearest figure a run's summary holds. A checkout whose catalog lacks a GPU gets it
+from the nearest entry by overrides (its datasheet bandwidth and memory in decimal GB), as a
+user of that checkout would have had to.
 """
 
 from __future__ import annotations
