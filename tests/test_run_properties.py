@@ -92,7 +92,7 @@ def run_configs(draw: st.DrawFn) -> list[str]:
         st.sampled_from(["vllm", "sarathi", "prefill_first", "static", "trtllm", "sglang"])
     )
     if scheduler == "sglang":  # SGLang's own option names
-        chunk = draw(st.sampled_from(["null", str(block_size), "64", "8192"]))
+        chunk = draw(st.sampled_from(["null", "-1", str(block_size), "64", "8192"]))
         out += [
             f"scheduler={scheduler}",
             f"scheduler.max_running_requests={draw(st.integers(1, 12))}",

@@ -94,6 +94,17 @@ class _Tags:
         stats = self.get(tag)
         return None if stats is None else stats.optional_number("avg")
 
+    def count(self, tag: str) -> int | None:
+        """A run total that counts requests: a whole number >= 0."""
+        stats = self.get(tag)
+        return None if stats is None else stats.optional_count("avg")
+
+    def seconds(self, tag: str) -> float | None:
+        """A run total that is a duration, in seconds whatever its ``unit``."""
+        stats = self.get(tag)
+        value = None if stats is None else stats.optional_number("avg")
+        return None if value is None or stats is None else value * self.unit_s(stats)
+
     def statistic(self, tag: str, definition: Definition) -> Statistic | None:
         stats = self.get(tag)
         if stats is None:
@@ -124,7 +135,7 @@ def requests_file(summary: Path) -> Path | None:
     return found if found.is_file() else None
 
 
-def _ms(path: Path, metrics: Keys, tag: str) -> float:
+def _seconds(path: Path, metrics: Keys, tag: str) -> float:
     """One request's metric in seconds."""
     value = metrics.child(tag)
     unit = value.text("unit")
@@ -148,8 +159,8 @@ def read_requests(path: Path, completed: int) -> MeasuredRequests:
         metrics = row.child("metrics")
         inputs.append(metrics.child("input_sequence_length").count("value"))
         outputs.append(metrics.child("output_sequence_length").count("value"))
-        ttfts.append(_ms(path, metrics, "ttft"))
-        e2es.append(_ms(path, metrics, "request_latency"))
+        ttfts.append(_seconds(path, metrics, "ttft"))
+        e2es.append(_seconds(path, metrics, "request_latency"))
     if len(inputs) != completed:
         raise bad_file(
             path, f"holds {len(inputs)} requests without error; the statistics say {completed}"
@@ -162,11 +173,11 @@ def read_aiperf(path: Path, doc: object, requests: Path | None = None) -> list[M
     per-request export beside it, when there is one)."""
     top = Keys(path, doc)
     tags = _Tags(path, top.obj)
-    completed_value = tags.value("request_count")
-    if completed_value is None:
+    completed_count = tags.count("request_count")
+    if completed_count is None:
         raise bad_file(path, "'request_count' is missing")
-    completed = int(completed_value)
-    failed = tags.value("error_request_count")
+    completed = completed_count
+    failed = tags.count("error_request_count")
     config = top.optional_child("input_config")
     loadgen = config.optional_child("loadgen") if config else None
     endpoint = config.optional_child("endpoint") if config else None
@@ -196,8 +207,8 @@ def read_aiperf(path: Path, doc: object, requests: Path | None = None) -> list[M
             request_throughput_per_s=tags.value("request_throughput"),
             output_throughput_tokens_per_s=tags.value("output_token_throughput"),
             completed=completed,
-            failed=None if failed is None else int(failed),
-            duration_s=tags.value("benchmark_duration"),
+            failed=failed,
+            duration_s=tags.seconds("benchmark_duration"),
             settings={
                 k: loadgen.obj[k]
                 for k in ("request_rate_mode", "request_cancellation_rate")

@@ -48,8 +48,8 @@ PERCENTILES = {
 # role -> (GuideLLM's metric, seconds per unit of the file, definition)
 METRICS = {
     "ttft": ("time_to_first_token_ms", 1e-3, Definition.TTFT),
-    "tpot": ("time_per_output_token_ms", 1e-3, Definition.GAP_PER_OUTPUT_TOKEN),
-    "itl": ("inter_token_latency_ms", 1e-3, Definition.GAP_AFTER_FIRST),
+    "tpot": ("time_per_output_token_ms", 1e-3, Definition.TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN),
+    "itl": ("inter_token_latency_ms", 1e-3, Definition.TOKEN_WEIGHTED_GAP_AFTER_FIRST),
     "e2e": ("request_latency", 1.0, Definition.E2E),
 }
 

@@ -10,7 +10,8 @@ The harnesses give the same names different meanings, so every latency statistic
 ``Definition``: how the tool computes the number from each request's times. Two share the name
 "TPOT" and differ by the first token (vLLM divides the time after the first token by
 ``output_tokens - 1``, GuideLLM by ``output_tokens``); vLLM's and SGLang's "ITL" pools every
-gap between streamed chunks, while AIPerf's and GuideLLM's "ITL" is a per-request mean gap.
+gap between streamed chunks, while AIPerf's and GuideLLM's "ITL" is a per-request mean gap
+(GuideLLM's TPOT and ITL distributions weigh each request by its token count).
 ``fleetcast compare`` computes the simulated figure in the measured statistic's definition.
 
 Left out on purpose: goodput (it depends on SLOs the file may not record), token-level
@@ -31,10 +32,18 @@ class Definition(Enum):
     TTFT = "first - start, per request"
     E2E = "last - start, per request"
     # vLLM's TPOT (benchmarks/benchmark_serving.py calculate_metrics), AIPerf's
-    # inter_token_latency, GuideLLM's inter_token_latency_ms
+    # inter_token_latency
     GAP_AFTER_FIRST = "(last - first) / (output_tokens - 1), per request with output_tokens > 1"
-    # GuideLLM v0.2's time_per_output_token_ms: the first token counts in the denominator
-    GAP_PER_OUTPUT_TOKEN = "(last - first) / output_tokens, per request"
+    # GuideLLM v0.2 (benchmark.py, GenerativeMetrics): each request's figure weighted by its
+    # token count in the distribution, so a long request weighs more than a short one.
+    # time_per_output_token_ms counts the first token in the denominator
+    TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN = (
+        "(last - first) / output_tokens per request, weighted by output_tokens"
+    )
+    # inter_token_latency_ms
+    TOKEN_WEIGHTED_GAP_AFTER_FIRST = (
+        "(last - first) / (output_tokens - 1) per request, weighted by output_tokens - 1"
+    )
     # vLLM's and SGLang's ITL, AIPerf's inter_chunk_latency: each gap between streamed chunks is
     # one sample, so a long request weighs more than a short one
     POOLED_GAPS = "every gap between streamed chunks, pooled over all requests"

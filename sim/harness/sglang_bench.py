@@ -90,4 +90,6 @@ def read_sglang(path: Path, rows: list[object]) -> list[MeasuredRun]:
     """Every line of the file, in order (blank lines do not count as lines of a run, but the
     line numbers in labels and errors are the file's)."""
     numbered = [n for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+    if len(rows) != len(numbered):  # one run written over several lines (pretty-printed JSON)
+        numbered = [1] * len(rows)
     return [_run(path, doc, line) for doc, line in zip(rows, numbered, strict=True)]

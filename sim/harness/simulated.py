@@ -84,7 +84,8 @@ def read_run(run_dir: str | Path) -> SimulatedRequests:
 
 def per_request(run: SimulatedRequests, definition: Definition) -> tuple[np.ndarray, np.ndarray]:
     """(values in seconds, weights): one value per request the definition counts, weighted by
-    how many samples it stands for (1, or its gap count for ``POOLED_GAPS``)."""
+    how many samples it stands for (1; its gap count for ``POOLED_GAPS``; its token count for
+    GuideLLM's token-weighted figures)."""
     ttft = run.first_token_s - run.arrival_s
     after_first = run.completion_s - run.first_token_s
     out = run.output_tokens
@@ -92,13 +93,15 @@ def per_request(run: SimulatedRequests, definition: Definition) -> tuple[np.ndar
         return ttft, np.ones(len(ttft))
     if definition is Definition.E2E:
         return run.completion_s - run.arrival_s, np.ones(len(ttft))
-    if definition is Definition.GAP_PER_OUTPUT_TOKEN:
-        return after_first / out, np.ones(len(ttft))
+    if definition is Definition.TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN:
+        return after_first / out, out.astype(float)
     many = out > 1  # a single token has no gap
     mean_gap = after_first[many] / (out[many] - 1)
     if definition is Definition.GAP_AFTER_FIRST:
         return mean_gap, np.ones(len(mean_gap))
-    assert definition is Definition.POOLED_GAPS, definition
+    # POOLED_GAPS: a run folder keeps first and last token times only, so each request's gaps
+    # are taken as its mean gap (the mean is exact, the percentiles understate the spread)
+    assert definition in (Definition.POOLED_GAPS, Definition.TOKEN_WEIGHTED_GAP_AFTER_FIRST)
     return mean_gap, (out[many] - 1).astype(float)
 
 
@@ -108,12 +111,21 @@ def mean(values: np.ndarray, weights: np.ndarray) -> float | None:
 
 def percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
     """The ``q``-th percentile of the samples ``values`` stands for (each value repeated as
-    many times as its weight), by numpy's linear interpolation."""
+    many times as its weight), by numpy's linear interpolation, without building those
+    samples (a long run stands for ~1e8 of them)."""
     counts = weights.astype(np.int64)
     assert np.array_equal(counts, weights), "weights are sample counts"
-    if counts.sum() == 0:
+    total = int(counts.sum())
+    if total == 0:
         return None
-    return float(np.percentile(np.repeat(values, counts), q))
+    order = np.argsort(values, kind="stable")
+    ordered, cumulative = values[order], np.cumsum(counts[order])
+    position = q / 100 * (total - 1)  # numpy's 'linear' method on the repeated samples
+    below = int(np.floor(position))
+    # the value at sample index i is the first whose cumulative count exceeds i
+    low = ordered[np.searchsorted(cumulative, below, side="right")]
+    high = ordered[np.searchsorted(cumulative, min(below + 1, total - 1), side="right")]
+    return float(low + (high - low) * (position - below))
 
 
 def output_tokens_per_s(run: SimulatedRequests) -> float:

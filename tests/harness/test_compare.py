@@ -121,4 +121,4 @@ def test_the_command(one_at_a_time, tmp_path):
     done = fleetcast("compare", str(one_at_a_time), str(GUIDELLM_JSON), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "TPOT (time_per_output_token_ms) mean" in done.stdout
-    assert "(last - first) / output_tokens, per request" in done.stdout
+    assert "(last - first) / output_tokens per request, weighted by output_tokens" in done.stdout

@@ -81,6 +81,23 @@ def _detailed(**changes) -> str:
 
 
 SGLANG_LINES = SGLANG.read_text().splitlines()
+
+
+def _aiperf_count(count: float) -> str:
+    """The AIPerf sample with another request count."""
+    doc = json.loads(AIPERF.read_text())
+    doc["records"]["request_count"]["avg"] = count
+    return json.dumps(doc)
+
+
+def test_a_pretty_printed_sglang_result_is_one_run(tmp_path):
+    # one run written over many lines (after `jq .`), not JSON lines
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps(json.loads(SGLANG_LINES[0].replace("Infinity", "1e999")), indent=2))
+    (run,) = read_benchmark(path)
+    assert run.tool == "sglang bench_serving" and run.completed == 300
+
+
 GUIDE = json.loads(GUIDELLM_JSON.read_text())
 
 # (name, file text (None: no file), what the one line says)
@@ -126,6 +143,12 @@ MALFORMED = [
         json.dumps({"benchmarks": [{"metrics": {}}]}),
         "'benchmarks[0].request_totals' is missing",
     ),
+    (
+        "infinite_count.json",
+        _aiperf_count(float("inf")).replace("Infinity", "1e999"),
+        "request_count.avg=inf is not a count",
+    ),
+    ("negative_count.json", _aiperf_count(-3), "request_count.avg=-3.0 is not a count"),
 ]
 
 

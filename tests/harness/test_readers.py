@@ -13,7 +13,7 @@ import pytest
 
 from sim.harness.formats import read_benchmark
 from sim.harness.results import Definition
-from sim.harness.simulated import SimulatedRequests, per_request
+from sim.harness.simulated import SimulatedRequests, mean, per_request, percentile
 from tests.harness.samples import (
     AIPERF,
     AIPERF_REQUESTS,
@@ -123,11 +123,11 @@ def test_guidellm_json_and_yaml_hold_the_same_run():
     assert run.requests is None  # the report keeps one request of 46: a sample
     tpot = run.latency["tpot"]
     assert tpot.name == "time_per_output_token_ms"
-    assert tpot.definition is Definition.GAP_PER_OUTPUT_TOKEN
+    assert tpot.definition is Definition.TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN
     assert tpot.mean_s == pytest.approx(4.90300272307966e-3)
     assert tpot.percentiles_s[99.9] == pytest.approx(5.217265337705612e-3)
     assert tpot.percentiles_s[0.1] == pytest.approx(4.870360717177391e-3)
-    assert run.latency["itl"].definition is Definition.GAP_AFTER_FIRST
+    assert run.latency["itl"].definition is Definition.TOKEN_WEIGHTED_GAP_AFTER_FIRST
     assert run.latency["e2e"].mean_s == 0.6444743664368339  # already in seconds
     assert run.mean_output_tokens == pytest.approx(128.0)
 
@@ -142,8 +142,8 @@ def test_guidellm_definitions_reproduce_its_sample_request():
         [req["output_tokens"]],
     )
     for definition, key in (
-        (Definition.GAP_PER_OUTPUT_TOKEN, "time_per_output_token_ms"),
-        (Definition.GAP_AFTER_FIRST, "inter_token_latency_ms"),
+        (Definition.TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN, "time_per_output_token_ms"),
+        (Definition.TOKEN_WEIGHTED_GAP_AFTER_FIRST, "inter_token_latency_ms"),
         (Definition.TTFT, "time_to_first_token_ms"),
     ):
         (value,), _ = per_request(times, definition)
@@ -199,3 +199,29 @@ def test_aiperf_1x_layout_at_the_top_level(tmp_path):
     assert run.latency["ttft"].percentiles_s == pytest.approx({50.0: 0.110, 99.0: 0.300})
     assert run.latency["itl"].median_s == pytest.approx(0.012)
     assert run.duration_s == 25.0
+
+
+def test_guidellm_weighs_each_request_by_its_tokens():
+    # two requests, 0.2 s after the first token for 2 tokens and 1.0 s for 11 tokens
+    run = _requests([0.0, 0.0], [0.1, 0.1], [0.3, 1.1], [2, 11])
+    values, weights = per_request(run, Definition.TOKEN_WEIGHTED_GAP_PER_OUTPUT_TOKEN)
+    # GuideLLM's mean time per output token: (0.1 x 2 + (1/11) x 11) / 13 = 1.2 / 13
+    assert mean(values, weights) == pytest.approx(1.2 / 13)
+    values, weights = per_request(run, Definition.TOKEN_WEIGHTED_GAP_AFTER_FIRST)
+    # inter-token latency: (0.2 x 1 + 0.1 x 10) / 11, where vLLM's per-request TPOT is 0.15
+    assert mean(values, weights) == pytest.approx(1.2 / 11)
+    vllm_values, vllm_weights = per_request(run, Definition.GAP_AFTER_FIRST)
+    assert mean(vllm_values, vllm_weights) == pytest.approx(0.15)
+
+
+def test_a_weighted_percentile_is_numpys_on_the_repeated_samples():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        values = rng.random(rng.integers(1, 12))
+        weights = rng.integers(0, 6, size=values.size).astype(float)
+        if weights.sum() == 0:
+            assert percentile(values, weights, 50) is None
+            continue
+        samples = np.repeat(values, weights.astype(int))
+        for q in (0, 0.1, 25, 50, 90, 99, 99.9, 100):
+            assert percentile(values, weights, q) == pytest.approx(np.percentile(samples, q))

@@ -30,12 +30,13 @@ ignore EOS, so the engine's bound and the simulator's known length coincide.
 to ``min(1, (generated + 20 x n) / (sum max_new_tokens + 1))`` over the n requests that stay,
 and returns to ``init`` whenever the engine has nothing to run.
 
-Chunked prefill. A step's prefill tokens stop at ``chunked_prefill_size`` (8192 on 35-160 GB
-GPUs such as H100 and H200, 16384 above, 4096 or 2048 below); a prompt that does not fit whole
+Chunked prefill. A step's prefill tokens stop at ``chunked_prefill_size`` (null: SGLang's
+default for the run's GPU, ``default_chunked_prefill_size``: 8192 on 60-160 GiB GPUs such as
+H100 and H200, 16384 above, 4096 or 2048 below); a prompt that does not fit whole
 is cut at a page boundary and becomes the one "chunked request", which continues first in the
 following steps (always a prefill step, so decodes wait for the whole prompt). Without chunking
-(``chunked_prefill_size=null``) a step's prompts stop at ``max_prefill_tokens`` (16384), except
-that the first is always taken whole.
+(``chunked_prefill_size=-1``, SGLang's own way to turn it off) a step's prompts stop at
+``max_prefill_tokens`` (16384), except that the first is always taken whole.
 
 Retraction. When a decode step cannot get a new KV slot for every running request, SGLang
 retracts requests (drops their KV and queues them again at the back) until the others fit,
@@ -56,6 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import WAITING, Request
 from sim.engine.scheduler.base import CONTEXT_LENGTH, KV_CAPACITY, Scheduler
@@ -67,12 +69,32 @@ from sim.errors import require
 _REQUEST_POOL_MIN, _REQUEST_POOL_MAX = 2048, 4096
 
 
+NO_CHUNKING = -1  # SGLang's --chunked-prefill-size -1
+
+
+def default_chunked_prefill_size(gpu: GPU | None) -> int:
+    """SGLang's ``chunked_prefill_size`` for ``gpu`` (server_args.py
+    ``_handle_gpu_memory_settings``, by the memory torch reports, in GiB): 2048 below 35, 4096
+    below 60 (A100-40GB, L40S), 8192 below 160 (H100, A100-80GB, H200), 16384 above (B200,
+    MI300X); 4096 when the GPU is unknown."""
+    if gpu is None:
+        return 4096
+    gib = gpu.memory_bytes / 2**30
+    if gib < 35:
+        return 2048
+    if gib < 60:
+        return 4096
+    if gib < 160:
+        return 8192
+    return 16384
+
+
 class SGLangScheduler(Scheduler):
     def __init__(
         self,
         kv: KVCache,
         max_running_requests: int | None = None,
-        chunked_prefill_size: int | None = 8192,
+        chunked_prefill_size: int | None = None,
         max_prefill_tokens: int = 16384,
         enable_mixed_chunk: bool = False,
         schedule_conservativeness: float = 1.0,
@@ -82,7 +104,12 @@ class SGLangScheduler(Scheduler):
         retract_decode_steps: int = 20,
         clip_max_new_tokens: int = 4096,
         max_model_len: int | None = None,
+        gpu: GPU | None = None,
     ) -> None:
+        if chunked_prefill_size is None:
+            chunked_prefill_size = default_chunked_prefill_size(gpu)
+        if chunked_prefill_size == NO_CHUNKING:
+            chunked_prefill_size = None
         if max_running_requests is None:
             max_running_requests = default_max_running_requests(kv, max_model_len)
         require(
@@ -101,8 +128,8 @@ class SGLangScheduler(Scheduler):
             chunked_prefill_size is None or chunked_prefill_size >= kv.block_size,
             "scheduler.chunked_prefill_size",
             chunked_prefill_size,
-            f"must be null (no chunking) or at least kv.block_size ({kv.block_size}):"
-            " SGLang cuts chunks at page boundaries",
+            f"must be -1 (no chunking), null (SGLang's default for the GPU) or at least"
+            f" kv.block_size ({kv.block_size}): SGLang cuts chunks at page boundaries",
         )
         require(
             schedule_conservativeness > 0,

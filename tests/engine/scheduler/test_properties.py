@@ -124,7 +124,7 @@ def schedulers(draw, kind: str, workload: list[Arrival]) -> Scheduler:
         return SGLangScheduler(
             kv,
             max_running_requests=max_num_seqs,
-            chunked_prefill_size=draw(st.none() | st.integers(block_size, block_size + 16)),
+            chunked_prefill_size=draw(st.just(-1) | st.integers(block_size, block_size + 16)),
             max_prefill_tokens=max_num_batched_tokens,
             enable_mixed_chunk=draw(st.booleans()),
             # a low, fast-decaying ratio over-admits, so decode runs out and retracts

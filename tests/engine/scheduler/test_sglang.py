@@ -13,14 +13,19 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
+from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import WAITING
 from sim.engine.scheduler.base import KV_CAPACITY
-from sim.engine.scheduler.sglang import SGLangScheduler, default_max_running_requests
+from sim.engine.scheduler.sglang import (
+    SGLangScheduler,
+    default_chunked_prefill_size,
+    default_max_running_requests,
+)
 from sim.engine.scheduler.vllm import VLLMScheduler
 from sim.errors import ConfigError
 from tests.engine.scheduler.steps import decodes, end, prefills, req, step
-from tests.support import REPO_ROOT, fleetcast
+from tests.support import REPO_ROOT, fleetcast, option
 
 INIT, FLOOR = 0.7, 0.7 * 0.14  # SGLang's defaults: initial ratio and its floor
 DECAY = (INIT - FLOOR) / 600  # per decode step
@@ -258,3 +263,28 @@ def test_a_whole_run_through_the_cli_finishes_every_request(tmp_path):
     if check.is_file():
         verdict = subprocess.run([sys.executable, str(check), str(out)], capture_output=True)
         assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+
+
+@pytest.mark.parametrize(
+    ("hardware", "chunk"),
+    [
+        ("h100_sxm", 8192),  # 79.6 GiB
+        ("a100_80g", 8192),
+        ("h200", 8192),  # 140.4 GiB
+        ("b200", 16384),  # 179.1 GiB
+        ("a100_40g", 4096),
+        ("l40s", 4096),  # 45.0 GiB
+        ("rtx4090", 2048),  # 24 GiB
+    ],
+)
+def test_chunked_prefill_size_defaults_to_sglangs_for_the_gpus_memory(hardware, chunk):
+    gpu = GPU.from_config(option("hardware", hardware))
+    assert default_chunked_prefill_size(gpu) == chunk
+    assert sglang(100, gpu=gpu).chunked_prefill_size == chunk
+    assert sglang(100, gpu=gpu, chunked_prefill_size=64).chunked_prefill_size == 64
+
+
+def test_minus_one_turns_chunking_off_and_an_unknown_gpu_gets_4096():
+    off = sglang(100, chunked_prefill_size=-1)
+    assert off.chunked_prefill_size is None and not off.chunked_prefill
+    assert sglang(100).chunked_prefill_size == 4096  # SGLang's fallback without a GPU
