@@ -14,6 +14,9 @@
                                            a Hugging Face config.json as a catalog YAML
                                            (or run it directly: model=hf model.config_path=PATH)
     fleetcast compare RUN_DIR FILE [--index N]
+    fleetcast bench [--harness vllm|sglang|guidellm|aiperf] [--num-prompts N] [--request-rate R|inf]
+                    [--burstiness B] [--max-concurrency C] [--num-warmups W]
+                    [--random-input-len I] [--random-output-len O] [overrides]
                                            a run beside a measured benchmark (vLLM, SGLang,
                                            GuideLLM or AIPerf result file), in its definitions
 
@@ -36,7 +39,7 @@ from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
-COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model", "compare")
+COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model", "compare", "bench")
 USAGE = __doc__
 
 
@@ -204,6 +207,32 @@ def _memory(overrides: list[str]) -> None:
     )
 
 
+def _bench(argv: list[str]) -> int:
+    """``fleetcast bench``: run ``workload=bench`` from the harness flags and print the
+    harness's report (``sim.harness.bench``)."""
+    from sim.config.compose import compose_config
+    from sim.harness.bench import overrides_from, parser, report
+    from sim.harness.simulated import read_run
+    from sim.run import simulate
+
+    args, overrides = parser().parse_known_args(argv)
+    folders = [o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")]
+    given = [o for o in overrides if not o.startswith("output_dir=")]
+    try:
+        check_overrides(given)
+        _check_output_dir(overrides)
+        cfg = compose_config([*given, *overrides_from(args)])
+        with tempfile.TemporaryDirectory(prefix="fleetcast_bench_") as scratch:
+            folder = Path(folders[-1] if folders else scratch)
+            simulate(cfg, folder)
+            print(report(read_run(folder), args.harness))
+    except ConfigError as err:
+        _fail(err)
+    if folders:
+        print(f"files: {folders[-1]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help", "help"):
@@ -236,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         from sim.catalog.model_import import main as model_main
 
         sys.exit(model_main(argv))
+    if command == "bench":
+        sys.exit(_bench(argv))
     if command == "compare":
         from sim.harness.compare import main as compare_main
 

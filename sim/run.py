@@ -181,6 +181,7 @@ def simulate(
             kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
             gpu=deployment.gpu,
             cost=run.cost,
+            warmup_requests=workload.warmup_requests,
         )
         texts = {
             reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))

@@ -343,6 +343,17 @@ class ClosedLoopWorkload(SyntheticWorkload):
     think_time_s: NonNegative = 0.0
 
 
+class BenchWorkload(SyntheticWorkload):
+    """A serving benchmark's client (``vllm bench serve``; ``sim.workload.source``)."""
+
+    kind: Literal["bench"]
+    num_requests: Count  # the harness's --num-prompts
+    request_rate: Positive | None = None  # null: every request at once (the harness's inf)
+    burstiness: Positive = 1.0
+    max_concurrency: Count | None = None
+    num_warmups: Annotated[Int, Field(ge=0, le=10**6)] = 0
+
+
 class TraceWorkload(StrictModel):
     kind: Literal["trace"]
     path: Text | None = None  # required when the trace is read; null in trace.yaml
@@ -354,7 +365,12 @@ class TraceWorkload(StrictModel):
 
 
 WorkloadConfig = Annotated[
-    RenewalWorkload | GammaWorkload | DailyWorkload | ClosedLoopWorkload | TraceWorkload,
+    RenewalWorkload
+    | GammaWorkload
+    | DailyWorkload
+    | ClosedLoopWorkload
+    | BenchWorkload
+    | TraceWorkload,
     Field(discriminator="kind"),
 ]
 

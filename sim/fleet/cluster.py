@@ -4,7 +4,9 @@ Each replica serves one model, or several sharing its GPU (``sim.catalog.placeme
 request goes to a replica that serves the model it asks for. Open-loop workloads (traces,
 Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop workload keeps
 ``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
-next one, after ``think_time_s``, as serving benchmarks do.
+next one, after ``think_time_s``, as serving benchmarks do. A benchmark client (``workload=bench``)
+has both: requests due at their times, sent while fewer than its cap are in flight, after a
+warm-up phase whose end starts the clock of the others.
 
 What the run produces leaves as it goes: each request's row through the ``RequestLog`` once it
 has ended (and those issued before it), each replica's step rows through the ``StepLog`` when it
@@ -14,6 +16,7 @@ follows the requests in flight, not the length of the run.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -92,7 +95,16 @@ class Cluster:
                 self._issue(0.0, ARRIVAL_PRIORITY)
         else:
             self._closed_loop = False
-            self.env.process(self._open_loop(_in_chunks(workload.arrival_time_s)))
+            # a benchmark client: a cap on requests in flight, and a warm-up phase
+            self._cap = workload.concurrency
+            self._due: deque[float] = deque()  # requests due, waiting for a slot under the cap
+            self._in_flight = 0
+            self._warmups_left = workload.warmup_requests
+            self._warmups_done = self.env.event()
+            if self._cap is None and not self._warmups_left:
+                self.env.process(self._open_loop(_in_chunks(workload.arrival_time_s)))
+            else:
+                self.env.process(self._client(workload.arrival_time_s))
 
     def run(self) -> None:
         """Simulate until every request has ended, or until the horizon."""
@@ -129,6 +141,46 @@ class Cluster:
                 yield timeout_at(env, arrival_time_s)
             self._issue(arrival_time_s, ARRIVAL_PRIORITY)
 
+    def _client(self, arrival_times_s: np.ndarray) -> Generator[simpy.Event, Any, None]:
+        """A benchmark client (``vllm bench serve``): the warm-ups go out at once and are waited
+        for, then each request is due at its time after that, and is sent when fewer than the
+        cap are in flight. A request's arrival is when it is sent, as the harness times it."""
+        env = self.env
+        warmups = self.workload.warmup_requests
+        start = 0.0
+        for index, due_s in enumerate(_in_chunks(arrival_times_s)):
+            if index == warmups and warmups:
+                yield self._warmups_done
+                start = env.now
+            at = start + due_s
+            if at > env.now:
+                yield timeout_at(env, at)
+            self._due.append(at)
+            self._send_due(ARRIVAL_PRIORITY)
+
+    def _send_due(self, caller_priority: int) -> None:
+        while self._due and (self._cap is None or self._in_flight < self._cap):
+            self._due.popleft()
+            self._in_flight += 1
+            self._issue(self.env.now, caller_priority)
+
+    def _client_request_done(self, request: Request, caller_priority: int) -> None:
+        self._in_flight -= 1
+        if self._warmups_left and request.request_id < self.workload.warmup_requests:
+            self._warmups_left -= 1
+            if not self._warmups_left:
+                self._warmups_done.succeed()
+        if not self._due:
+            return
+        if request.status == REJECTED:
+            # a rejection ends inside _issue: send the next one from the event queue, so a run
+            # of rejections does not recurse
+            timeout_at(self.env, self.env.now).callbacks.append(
+                lambda _event: self._send_due(ARRIVAL_PRIORITY)
+            )
+        else:
+            self._send_due(caller_priority)
+
     def _request_done(self, request: Request, caller_priority: int) -> None:
         """``request`` ended (its client heard) during an event of ``caller_priority``."""
         self.request_log.ended()
@@ -141,7 +193,11 @@ class Cluster:
                 self._flush_steps(self.replicas[request.replica_id])
         if self._progress is not None:
             self._progress(request)
-        if not self._closed_loop or self._released >= self.workload.num_requests:
+        if not self._closed_loop:
+            if self._cap is not None or self.workload.warmup_requests:
+                self._client_request_done(request, caller_priority)
+            return
+        if self._released >= self.workload.num_requests:
             return
         self._released += 1
         think_time_s = self.workload.think_time_s

@@ -10,7 +10,9 @@ simulated run with one.
 - ``aiperf_export``: AIPerf ``profile_export_aiperf.json`` and its per-request JSON lines;
 - ``formats``: which harness wrote a file (from its content), and choosing one of its runs;
 - ``simulated``: a simulated run's figures in a harness's definitions;
-- ``compare``: ``fleetcast compare RUN_DIR FILE``, the two side by side.
+- ``compare``: ``fleetcast compare RUN_DIR FILE``, the two side by side;
+- ``bench``: ``fleetcast bench``'s harness flags (onto ``workload=bench``) and its report in a
+  harness's names and definitions (``sim.cli`` runs the simulation).
 
 May import: the basics (``sim.errors``, ``sim.resources``, ``sim.arrow_numpy``) and
 ``sim.output.run_files`` (the files of a run folder). A harness file and a run folder are read as

@@ -13,7 +13,8 @@ by their gap counts, which understate the spread of the real gaps (a step with a
 is a long gap for every request decoding beside it).
 
 Throughputs follow the harnesses' own: completed requests (and their output tokens) over the
-span from the first request sent to the last completion.
+span from the first request sent to the last completion. A benchmark client's warm-ups
+(``summary.json``'s ``warmup_requests``: the first request ids) are left out of every figure.
 
 Percentiles are numpy's linear interpolation, as vLLM, SGLang and AIPerf compute theirs.
 """
@@ -32,7 +33,14 @@ from sim.errors import ConfigError
 from sim.harness.results import Definition
 from sim.output.run_files import REQUESTS_FILE, SUMMARY_FILE
 
-COLUMNS = ("arrival_time_s", "first_token_time_s", "completion_time_s", "output_tokens", "status")
+COLUMNS = (
+    "request_id",
+    "arrival_time_s",
+    "first_token_time_s",
+    "completion_time_s",
+    "output_tokens",
+    "status",
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,9 @@ def read_run(run_dir: str | Path) -> SimulatedRequests:
         reason = " ".join(str(err).split())
         raise ConfigError("run_dir", str(run_dir), f"cannot read the run: {reason}") from None
     status = np.asarray(table.column("status").to_pylist(), dtype=object)
-    done = status == "completed"
+    # a benchmark client's warm-ups (the first request ids) are not the harness's to measure
+    measured = column_to_numpy(table.column("request_id")) >= summary.get("warmup_requests", 0)
+    done = (status == "completed") & measured
     arrival = column_to_numpy(table.column("arrival_time_s"))
     if not done.any():
         raise ConfigError("run_dir", str(run_dir), "the run completed no request")
@@ -77,7 +87,7 @@ def read_run(run_dir: str | Path) -> SimulatedRequests:
         first_token_s=column_to_numpy(table.column("first_token_time_s"))[done],
         completion_s=completion,
         output_tokens=column_to_numpy(table.column("output_tokens"))[done].astype(np.int64),
-        duration_s=float(completion.max() - arrival.min()),
+        duration_s=float(completion.max() - arrival[measured].min()),
         summary=summary,
     )
 

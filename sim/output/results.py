@@ -131,6 +131,7 @@ def summarize(
     kv_capacity_tokens: list[int],
     gpu: GPU,
     cost: CostConfig | None = None,
+    warmup_requests: int = 0,
 ) -> dict[str, Any]:
     """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
     gives one of its columns as numpy; each is read once and let go, so a long run's table need
@@ -198,6 +199,9 @@ def summarize(
         "goodput_requests_per_s": rate(float(good.sum())),
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
         "num_requests": num_requests,
+        # a benchmark client's warm-ups: the first rows, counted here like every request
+        # (``fleetcast bench`` and ``compare`` leave them out of the harness's figures)
+        "warmup_requests": warmup_requests,
         "completed": int(completed.sum()),
         "rejected": num_rejected,
         "unfinished": num_unfinished,

@@ -77,6 +77,7 @@ METRIC_TYPES = {
         name: pa.int64()
         for name in (
             "num_requests",
+            "warmup_requests",
             "completed",
             "rejected",
             "unfinished",

@@ -6,7 +6,9 @@ times or closed-loop settings (``concurrency`` requests kept in flight, each com
 by ``think_time_s`` before the next request is sent; the simulator core does the pacing).
 
 ``kind`` picks the generator: ``trace`` (replay a file, see ``traces.py``), ``poisson``,
-``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``), and ``closed_loop``. Synthetic
+``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``), ``closed_loop``, and ``bench`` (a
+serving benchmark's client: warm-ups first, then sends spaced as ``vllm bench serve`` spaces them,
+under a cap on requests in flight; the cluster paces the cap and the warm-up phase). Synthetic
 lengths come from ``lengths.py``. Randomness uses the named streams ``workload.arrivals``,
 ``workload.prompt_tokens``, ``workload.output_tokens`` (and ``workload.spread`` for trace tick
 spreading), so changing a length distribution never moves an arrival and vice versa.
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.config.schema import (
+    BenchWorkload,
     ClosedLoopWorkload,
     DailyWorkload,
     GammaWorkload,
@@ -44,8 +47,12 @@ class Workload:
     prompt_tokens: np.ndarray  # int64, one per request, >= 1
     output_tokens: np.ndarray  # int64, >= 1
     arrival_time_s: np.ndarray | None  # float64, non-decreasing, >= 0; None for closed loop
-    concurrency: int | None = None  # closed loop: requests kept in flight
+    concurrency: int | None = None  # closed loop: requests kept in flight; with arrival times,
+    # a client cap (a request due while ``concurrency`` are in flight waits for one to end)
     think_time_s: float = 0.0  # closed loop: delay between a completion and the next request
+    # the first ``warmup_requests`` go out at once before the others, whose arrival times then
+    # count from the moment the last warm-up ended (a benchmark's warm-up phase)
+    warmup_requests: int = 0
     trace_file: str | None = None  # a replayed trace: the file, as the config names it
     trace_rows: np.ndarray | None = None  # ... and each request's row in it (from 0)
 
@@ -65,7 +72,11 @@ class Workload:
             a = self.arrival_time_s
             assert a.dtype == np.float64 and a.size == n, "arrival_time_s: float64, one per request"
             assert a[0] >= 0 and np.all(np.diff(a) >= 0), "arrivals start >= 0, non-decreasing"
-            assert self.concurrency is None, "open-loop workloads have no concurrency"
+            assert self.concurrency is None or self.concurrency >= 1, "a client cap is >= 1"
+        assert 0 <= self.warmup_requests < n, "warm-ups leave at least one measured request"
+        assert self.warmup_requests == 0 or self.arrival_time_s is not None, (
+            "warm-ups need arrival times (a bench workload)"
+        )
         for arr in (self.prompt_tokens, self.output_tokens, self.arrival_time_s):
             if arr is not None:
                 arr.setflags(write=False)  # shared by reference; nobody may edit it in place
@@ -111,6 +122,29 @@ def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
     )
 
 
+def _bench(spec: BenchWorkload, seed: int) -> Workload:
+    """A benchmark client as ``vllm bench serve`` runs it (vllm/benchmarks/serve.py,
+    ``get_request`` and ``benchmark``): ``num_warmups`` requests first, then ``num_requests``
+    whose sends are spaced by Gamma(burstiness, 1 / (request_rate x burstiness)) intervals (the
+    first at once; burstiness 1 is Poisson; no rate: all at once), each waiting for a slot while
+    ``max_concurrency`` requests are in flight."""
+    n = spec.num_warmups + spec.num_requests
+    prompt, output = _sample_lengths(spec, seed, n)
+    times = np.zeros(n)
+    if spec.request_rate is not None and spec.num_requests > 1:
+        theta = 1.0 / (spec.request_rate * spec.burstiness)
+        arrivals_rng = stream(seed, "workload.arrivals")
+        gaps = arrivals_rng.gamma(spec.burstiness, theta, spec.num_requests - 1)
+        times[spec.num_warmups + 1 :] = np.cumsum(gaps)
+    return Workload(
+        prompt,
+        output,
+        times,
+        concurrency=spec.max_concurrency,
+        warmup_requests=spec.num_warmups,
+    )
+
+
 def _trace(spec: TraceWorkload, seed: int) -> Workload:
     trace = traces.TraceFilter.from_spec(spec).apply(traces.load_trace(spec.path), seed)
     return Workload(
@@ -132,5 +166,7 @@ def build_workload(cfg: Any, seed: int) -> Workload:
         return _daily(spec, seed)
     if isinstance(spec, ClosedLoopWorkload):
         return _closed_loop(spec, seed)
+    if isinstance(spec, BenchWorkload):
+        return _bench(spec, seed)
     assert isinstance(spec, (RenewalWorkload, GammaWorkload)), f"no builder for {spec}"
     return _renewal(spec, seed)

@@ -1,0 +1,143 @@
+"""fleetcast bench and its client (workload=bench): warm-ups first, a cap on requests in flight,
+sends spaced as vllm bench serve spaces them, and the harness's own report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.config.compose import compose_config
+from sim.harness.bench import overrides_from, parser, report
+from sim.harness.simulated import read_run
+from sim.rng import stream
+from sim.run import simulate
+from sim.workload.source import build_workload
+from tests.support import REPO_ROOT, columns, fleetcast
+
+# one replica, 0.1 s a step, 8-token prompts and 3 output tokens: a request alone or with
+# others takes 3 steps (prefill with its first token, 2 decodes)
+TINY = [
+    "fleet.replicas=1",
+    "step_time=constant",
+    "step_time.seconds=0.1",
+    "workload=bench",
+    "workload.prompt_tokens=8",
+    "workload.output_tokens=3",
+    "sim.progress=false",
+]
+
+
+def test_warmups_go_first_and_the_cap_holds_requests_back(tmp_path):
+    cfg = compose_config(
+        [*TINY, "workload.num_requests=4", "workload.num_warmups=1", "workload.max_concurrency=2"]
+    )
+    result = simulate(cfg)
+    c = columns(result.requests)
+    order = np.argsort(c["request_id"])
+    # the warm-up alone 0 -> 0.3; then the 4 prompts, due at once, 2 at a time: 0.3 and 0.6
+    assert c["arrival_time_s"][order] == pytest.approx([0.0, 0.3, 0.3, 0.6, 0.6])
+    assert c["first_token_time_s"][order] == pytest.approx([0.1, 0.4, 0.4, 0.7, 0.7])
+    assert c["completion_time_s"][order] == pytest.approx([0.3, 0.6, 0.6, 0.9, 0.9])
+    assert result.summary["warmup_requests"] == 1 and result.summary["num_requests"] == 5
+
+
+def test_the_report_leaves_the_warmups_out_in_the_harness_definitions(tmp_path):
+    cfg = compose_config(
+        [*TINY, "workload.num_requests=4", "workload.num_warmups=1", "workload.max_concurrency=2"]
+    )
+    simulate(cfg, tmp_path / "run")
+    run = read_run(tmp_path / "run")
+    assert run.completed == 4
+    assert run.duration_s == pytest.approx(0.6)  # first measured send 0.3, last completion 0.9
+    text = report(run, "vllm")
+    assert "Successful requests:                             4" in text
+    assert "Mean TTFT (ms):                             100.00" in text
+    assert "Mean TPOT (ms):                             100.00" in text  # (0.3 - 0.1) / 2
+    assert "Request throughput (req/s):                   6.67" in text  # 4 / 0.6
+    guide = report(run, "guidellm")
+    # GuideLLM's time per output token counts the first: (0.3 - 0.1) / 3
+    assert "Mean time_per_output_token_ms:               66.67" in guide
+    assert "(last - first) / output_tokens per request, weighted by output_tokens" in guide
+
+
+def test_sends_are_spaced_as_vllm_bench_serve_spaces_them():
+    cfg = compose_config(
+        [
+            "workload=bench",
+            "workload.num_requests=5",
+            "workload.num_warmups=2",
+            "workload.request_rate=4",
+            "workload.burstiness=0.5",
+            "seed=7",
+        ]
+    )
+    workload = build_workload(cfg["workload"], 7)
+    # warm-ups at 0, then the first prompt at once and each next after a
+    # Gamma(burstiness, 1 / (rate x burstiness)) gap
+    gaps = stream(7, "workload.arrivals").gamma(0.5, 1 / (4 * 0.5), 4)
+    assert workload.arrival_time_s == pytest.approx([0, 0, 0, *np.cumsum(gaps)])
+    assert workload.warmup_requests == 2 and workload.concurrency is None
+    at_once = build_workload(compose_config(["workload=bench"])["workload"], 0)
+    assert not at_once.arrival_time_s.any()  # no rate: every request at once
+
+
+def test_a_rejected_request_frees_its_slot():
+    # prompts of 8-40 tokens against a 20-token context: the long ones are refused at once, and
+    # with one slot each refusal must let the next request go
+    cfg = compose_config(
+        [
+            *TINY,
+            "workload.num_requests=20",
+            "workload.max_concurrency=1",
+            "workload.prompt_tokens={dist: uniform, low: 8, high: 40}",
+            "model.max_context_tokens=20",
+        ]
+    )
+    summary = simulate(cfg).summary
+    assert summary["rejected"] >= 1 and summary["completed"] >= 1
+    assert summary["completed"] + summary["rejected"] == 20 and summary["unfinished"] == 0
+
+
+def test_flags_map_onto_the_bench_workload():
+    args, rest = parser().parse_known_args(
+        ["--request-rate", "inf", "--max-concurrency", "8", "--num-warmups", "2", "model=x"]
+    )
+    assert rest == ["model=x"]
+    assert overrides_from(args) == [
+        "workload=bench",
+        "workload.request_rate=null",
+        "workload.max_concurrency=8",
+        "workload.num_warmups=2",
+    ]
+
+
+def test_the_command_prints_the_harness_report_and_bad_flags_are_one_line(tmp_path):
+    done = fleetcast(
+        "bench",
+        "--harness",
+        "aiperf",
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "3",
+        "--num-warmups",
+        "1",
+        *TINY[:3],
+        f"output_dir={tmp_path / 'run'}",
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Mean inter_token_latency (ms):" in done.stdout
+    assert (tmp_path / "run" / "summary.json").exists()
+    bad = fleetcast("bench", "--num-prompts", "0", "fleet.replicas=1", cwd=REPO_ROOT)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "workload.num_requests" in bad.stderr
+
+
+def test_an_output_dir_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "taken").write_text("")
+    done = fleetcast(
+        "bench", "--num-prompts", "2", "fleet.replicas=1", "output_dir=taken", cwd=tmp_path
+    )
+    assert done.returncode == 2 and done.stderr.startswith("error: output_dir='taken'")
+    assert done.stderr.strip().count("\n") == 0
