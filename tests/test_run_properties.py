@@ -149,8 +149,15 @@ def run_configs(draw: st.DrawFn) -> list[str]:
                 f"workload.qps={draw(st.sampled_from([0.3, 1.0]))}",
             ]
         elif workload == "bench":
-            rate = draw(st.sampled_from(["null", "2.0", "50.0"]))
+            rate = draw(st.sampled_from(["null", "2.0", "50.0", "ramp"]))
             cap = draw(st.sampled_from(["null", "1", "3"]))
+            if rate == "ramp":
+                rate = "null"
+                out += [
+                    f"workload.ramp_up_strategy={draw(st.sampled_from(['linear', 'exponential']))}",
+                    "workload.ramp_up_start_rps=1",
+                    "workload.ramp_up_end_rps=40",
+                ]
             out += [
                 f"workload.num_requests={n}",
                 f"workload.request_rate={rate}",

@@ -352,6 +352,26 @@ class BenchWorkload(SyntheticWorkload):
     burstiness: Positive = 1.0
     max_concurrency: Count | None = None
     num_warmups: Annotated[Int, Field(ge=0, le=10**6)] = 0
+    # the rate rising from start to end over the requests (request_rate must then be null)
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: Positive | None = None  # vLLM refuses a rate of 0 at any request
+    ramp_up_end_rps: Positive | None = None
+
+    @model_validator(mode="after")
+    def _ramp_up(self) -> BenchWorkload:
+        if self.ramp_up_strategy is None:
+            return self
+        start, end = self.ramp_up_start_rps, self.ramp_up_end_rps
+        if self.request_rate is not None:
+            raise ValueError(
+                f"request_rate={self.request_rate} with ramp_up_strategy: the ramp sets the rate,"
+                " leave request_rate null (as vllm bench serve requires)"
+            )
+        if start is None or end is None:
+            raise ValueError("ramp_up_strategy needs ramp_up_start_rps and ramp_up_end_rps")
+        if start > end:
+            raise ValueError(f"ramp_up_start_rps={start} above ramp_up_end_rps={end}")
+        return self
 
 
 class TraceWorkload(StrictModel):

@@ -3,7 +3,8 @@ harness's own names and definitions.
 
 The client is ``workload=bench`` (``sim.workload.source``, ``vllm bench serve``'s client): the
 flags map onto it as the harness's do (``--num-prompts``, ``--request-rate`` with ``inf`` for
-all at once, ``--burstiness``, ``--max-concurrency``, ``--num-warmups``, ``--random-input-len``
+all at once, ``--burstiness``, ``--max-concurrency``, ``--num-warmups``, ``--ramp-up-strategy``
+with ``--ramp-up-start-rps`` and ``--ramp-up-end-rps``, ``--random-input-len``
 and ``--random-output-len`` for fixed lengths, as vLLM's random dataset gives them with its
 default range ratio of 0); every other argument is a config override (``model=...``,
 ``hardware=...``, ``output_dir=...``). The run is a normal run (its four files, where
@@ -67,6 +68,9 @@ FLAGS = {  # flag -> the bench workload's key
     "burstiness": "burstiness",
     "max_concurrency": "max_concurrency",
     "num_warmups": "num_warmups",
+    "ramp_up_strategy": "ramp_up_strategy",
+    "ramp_up_start_rps": "ramp_up_start_rps",
+    "ramp_up_end_rps": "ramp_up_end_rps",
     "random_input_len": "prompt_tokens",
     "random_output_len": "output_tokens",
 }
@@ -131,6 +135,9 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--burstiness", help="gamma shape of the gaps: 1 is Poisson")
     parse.add_argument("--max-concurrency", dest="max_concurrency")
     parse.add_argument("--num-warmups", dest="num_warmups")
+    parse.add_argument("--ramp-up-strategy", dest="ramp_up_strategy", help="linear or exponential")
+    parse.add_argument("--ramp-up-start-rps", dest="ramp_up_start_rps")
+    parse.add_argument("--ramp-up-end-rps", dest="ramp_up_end_rps")
     parse.add_argument("--random-input-len", dest="random_input_len")
     parse.add_argument("--random-output-len", dest="random_output_len")
     return parse

@@ -124,18 +124,37 @@ def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
 
 def _bench(spec: BenchWorkload, seed: int) -> Workload:
     """A benchmark client as ``vllm bench serve`` runs it (vllm/benchmarks/serve.py,
-    ``get_request`` and ``benchmark``): ``num_warmups`` requests first, then ``num_requests``
-    whose sends are spaced by Gamma(burstiness, 1 / (request_rate x burstiness)) intervals (the
-    first at once; burstiness 1 is Poisson; no rate: all at once), each waiting for a slot while
-    ``max_concurrency`` requests are in flight."""
+    ``get_request``, ``_get_current_request_rate`` and ``benchmark``, read 2026-12-02):
+    ``num_warmups`` requests first, then the ``num_requests`` measured ones, request i sent
+    ``d_0 + ... + d_i`` after the start, each ``d`` drawn from Gamma(burstiness,
+    1 / (rate_i x burstiness)); without a ramp the sends are rescaled so the last is at
+    ``num_requests / request_rate`` exactly (vLLM's normalisation, which steadies throughput
+    across seeds); with one, ``rate_i`` runs from start to end linearly or exponentially in
+    ``i / (num_requests - 1)``. No rate and no ramp: every request at once. Each request waits
+    for a slot while ``max_concurrency`` are in flight (the cluster paces that)."""
     n = spec.num_warmups + spec.num_requests
     prompt, output = _sample_lengths(spec, seed, n)
     times = np.zeros(n)
-    if spec.request_rate is not None and spec.num_requests > 1:
-        theta = 1.0 / (spec.request_rate * spec.burstiness)
-        arrivals_rng = stream(seed, "workload.arrivals")
-        gaps = arrivals_rng.gamma(spec.burstiness, theta, spec.num_requests - 1)
-        times[spec.num_warmups + 1 :] = np.cumsum(gaps)
+    if spec.request_rate is not None or spec.ramp_up_strategy is not None:
+        count = spec.num_requests
+        progress = np.arange(count) / max(count - 1, 1)
+        if spec.ramp_up_strategy is None:
+            assert spec.request_rate is not None  # the schema's rule
+            rates = np.full(count, spec.request_rate)
+        else:
+            assert spec.ramp_up_start_rps is not None and spec.ramp_up_end_rps is not None
+            low, high = spec.ramp_up_start_rps, spec.ramp_up_end_rps
+            if spec.ramp_up_strategy == "linear":
+                rates = low + (high - low) * progress
+            else:
+                rates = low * (high / low) ** progress
+        gaps = stream(seed, "workload.arrivals").gamma(
+            spec.burstiness, 1.0 / (rates * spec.burstiness)
+        )
+        sends = np.cumsum(gaps)
+        if spec.ramp_up_strategy is None and spec.request_rate is not None and sends[-1] > 0:
+            sends *= (count / spec.request_rate) / sends[-1]
+        times[spec.num_warmups :] = sends
     return Workload(
         prompt,
         output,

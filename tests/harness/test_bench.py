@@ -72,13 +72,55 @@ def test_sends_are_spaced_as_vllm_bench_serve_spaces_them():
         ]
     )
     workload = build_workload(cfg["workload"], 7)
-    # warm-ups at 0, then the first prompt at once and each next after a
-    # Gamma(burstiness, 1 / (rate x burstiness)) gap
-    gaps = stream(7, "workload.arrivals").gamma(0.5, 1 / (4 * 0.5), 4)
-    assert workload.arrival_time_s == pytest.approx([0, 0, 0, *np.cumsum(gaps)])
+    # warm-ups at 0; request i sent after d_0 + ... + d_i, d ~ Gamma(burstiness,
+    # 1 / (rate x burstiness)), rescaled so the last is at num_requests / rate = 1.25 s
+    sends = np.cumsum(stream(7, "workload.arrivals").gamma(0.5, np.full(5, 1 / (4 * 0.5))))
+    assert workload.arrival_time_s == pytest.approx([0, 0, *(sends * 1.25 / sends[-1])])
+    assert workload.arrival_time_s[-1] == pytest.approx(5 / 4)
     assert workload.warmup_requests == 2 and workload.concurrency is None
     at_once = build_workload(compose_config(["workload=bench"])["workload"], 0)
     assert not at_once.arrival_time_s.any()  # no rate: every request at once
+
+
+@pytest.mark.parametrize(
+    ("strategy", "rates"),
+    [("linear", [1.0, 2.0, 3.0, 4.0, 5.0]), ("exponential", [1.0, 5**0.25, 5**0.5, 5**0.75, 5.0])],
+)
+def test_a_ramp_raises_the_rate_request_by_request(strategy, rates):
+    ramp = [
+        "workload=bench",
+        "workload.num_requests=5",
+        f"workload.ramp_up_strategy={strategy}",
+        "workload.ramp_up_start_rps=1",
+        "workload.ramp_up_end_rps=5",
+        "workload.burstiness=2",
+        "seed=3",
+    ]
+    workload = build_workload(compose_config(ramp)["workload"], 3)
+    # rate_i from start to end in i / (n - 1); no rescaling with a ramp (vLLM's rule)
+    gaps = stream(3, "workload.arrivals").gamma(2.0, 1 / (np.array(rates) * 2.0))
+    assert workload.arrival_time_s == pytest.approx(np.cumsum(gaps))
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["workload.request_rate=4"], "request_rate=4.0 with ramp_up_strategy"),
+        (["workload.ramp_up_end_rps=null"], "needs ramp_up_start_rps and ramp_up_end_rps"),
+        (["workload.ramp_up_start_rps=9"], "ramp_up_start_rps=9.0 above ramp_up_end_rps=5.0"),
+    ],
+)
+def test_a_ramp_is_checked_as_vllm_bench_serve_checks_it(extra, says, tmp_path):
+    ramp = [
+        "workload=bench",
+        "workload.ramp_up_strategy=linear",
+        "workload.ramp_up_start_rps=1",
+        "workload.ramp_up_end_rps=5",
+        *extra,
+    ]
+    done = fleetcast(*ramp, "fleet.replicas=1", f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert done.stderr.strip().count("\n") == 0
 
 
 def test_a_rejected_request_frees_its_slot():
@@ -108,6 +150,14 @@ def test_flags_map_onto_the_bench_workload():
         "workload.request_rate=null",
         "workload.max_concurrency=8",
         "workload.num_warmups=2",
+    ]
+    ramp, _ = parser().parse_known_args(
+        ["--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "9"]
+    )
+    assert overrides_from(ramp)[1:] == [
+        "workload.ramp_up_strategy=exponential",
+        "workload.ramp_up_start_rps=1",
+        "workload.ramp_up_end_rps=9",
     ]
 
 
