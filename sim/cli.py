@@ -14,11 +14,15 @@
                                            a Hugging Face config.json as a catalog YAML
                                            (or run it directly: model=hf model.config_path=PATH)
     fleetcast compare RUN_DIR FILE [--index N]
-    fleetcast bench [--harness vllm|sglang|guidellm|aiperf] [--num-prompts N] [--request-rate R|inf]
-                    [--burstiness B] [--max-concurrency C] [--num-warmups W]
-                    [--random-input-len I] [--random-output-len O] [overrides]
                                            a run beside a measured benchmark (vLLM, SGLang,
                                            GuideLLM or AIPerf result file), in its definitions
+    fleetcast bench [--harness vllm|sglang|guidellm|aiperf] [--num-prompts N] [--request-rate R|inf]
+                    [--burstiness B] [--max-concurrency C] [--num-warmups W]
+                    [--ramp-up-strategy linear|exponential]
+                    [--ramp-up-start-rps A] [--ramp-up-end-rps B]
+                    [--random-input-len I] [--random-output-len O] [overrides]
+                                           a benchmark simulated as vllm bench serve runs it,
+                                           reported in the harness's metrics
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
