@@ -101,7 +101,8 @@ class Cluster:
             self._in_flight = 0
             self._warmups_left = workload.warmup_requests
             self._warmups_done = self.env.event()
-            if self._cap is None and not self._warmups_left:
+            self._client_paced = self._cap is not None or bool(self._warmups_left)
+            if not self._client_paced:
                 self.env.process(self._open_loop(_in_chunks(workload.arrival_time_s)))
             else:
                 self.env.process(self._client(workload.arrival_time_s))
@@ -194,7 +195,7 @@ class Cluster:
         if self._progress is not None:
             self._progress(request)
         if not self._closed_loop:
-            if self._cap is not None or self.workload.warmup_requests:
+            if self._client_paced:
                 self._client_request_done(request, caller_priority)
             return
         if self._released >= self.workload.num_requests:

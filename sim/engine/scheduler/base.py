@@ -138,13 +138,17 @@ class Scheduler:
 
     # -- what follows from a plan ----------------------------------------------------------
 
-    def preempt(self, victim: Request) -> None:
-        """Drop ``victim``'s KV and send it to the front of the waiting queue (recompute)."""
+    def preempt(self, victim: Request, front: bool = True) -> None:
+        """Drop ``victim``'s KV and send it back to the waiting queue (recompute): to its front,
+        as vLLM does, or (``front=False``) to its back, as SGLang's retraction does."""
         self.kv.free(victim)
         victim.num_computed_tokens = 0
         victim.num_preemptions += 1
         victim.status = WAITING
-        self.waiting.appendleft(victim)
+        if front:
+            self.waiting.appendleft(victim)
+        else:
+            self.waiting.append(victim)
 
     def grow_or_preempt(self, request: Request, num_tokens: int, plan: StepPlan) -> bool:
         """Give ``request`` KV for ``num_tokens`` more tokens, preempting the most recently

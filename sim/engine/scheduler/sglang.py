@@ -59,7 +59,7 @@ import numpy as np
 
 from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
-from sim.engine.request import WAITING, Request
+from sim.engine.request import Request
 from sim.engine.scheduler.base import CONTEXT_LENGTH, KV_CAPACITY, Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.errors import require
@@ -390,12 +390,8 @@ class SGLangScheduler(Scheduler):
 
     def _requeue(self, victim: Request, plan: StepPlan) -> None:
         """Drop ``victim``'s KV and queue it again, at the back (SGLang's retraction)."""
-        self.kv.free(victim)
-        victim.num_computed_tokens = 0
-        victim.num_preemptions += 1
-        victim.status = WAITING
         self.running.remove(victim)
-        self.waiting.append(victim)
+        self.preempt(victim, front=False)
         plan.preempted.append(victim)
 
     # -- what follows from a plan ----------------------------------------------------------

@@ -304,13 +304,18 @@ class _Gemms:
         hm, hn, hk = self._half
         return m / (m + hm) * n / (n + hn) * k / (k + hk)
 
+    def _kernel(self, calls: int, flops: float, eff: float, weight_bytes: float) -> float:
+        """``calls`` GEMM launches doing ``flops`` at ``eff`` of the peak over ``weight_bytes``
+        of weights: their floors plus the slower of compute and the weight read."""
+        compute = flops / (self._flops_per_s * eff)
+        memory = weight_bytes / self._bytes_per_s
+        return calls * self._floor_s + (compute if compute > memory else memory)
+
     def _one(self, m: float, n: float, k: float) -> float:
         """Seconds of one GEMM of ``m`` tokens against an ``n × k`` weight shard."""
         if m <= 0:
             return 0.0
-        compute = 2.0 * m * n * k / (self._flops_per_s * self._eff(m, n, k))
-        memory = n * k * self._bpp / self._bytes_per_s
-        return self._floor_s + (compute if compute > memory else memory)
+        return self._kernel(1, 2.0 * m * n * k, self._eff(m, n, k), n * k * self._bpp)
 
     def seconds(self, tokens: float, logits: float) -> float:
         """All GEMMs of a stage pass over ``tokens`` tokens, ``logits`` of them through the LM
@@ -337,9 +342,7 @@ class _Gemms:
         params = self._expert_params_per_layer / self._tp
         eff = self._eff(per_expert_tokens, self._expert_width, model.hidden_size)
         flops = 2.0 * tokens * model.experts_per_token * params
-        compute = flops / (self._flops_per_s * eff)
-        memory = touched * params * self._bpp / self._bytes_per_s
-        return 2 * self._floor_s + (compute if compute > memory else memory)
+        return self._kernel(2, flops, eff, touched * params * self._bpp)
 
     def _shared(self, tokens: float) -> float:
         """One layer's share of the MoE weights every token runs through."""
@@ -347,6 +350,4 @@ class _Gemms:
         if shared <= 0 or tokens <= 0:
             return 0.0
         h = self._model.hidden_size
-        compute = 2.0 * tokens * shared / (self._flops_per_s * self._eff(tokens, h, h))
-        memory = shared * self._bpp / self._bytes_per_s
-        return self._floor_s + (compute if compute > memory else memory)
+        return self._kernel(1, 2.0 * tokens * shared, self._eff(tokens, h, h), shared * self._bpp)
