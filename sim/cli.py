@@ -8,6 +8,9 @@
                         [--out PATH] [--force]
                                            fit a step-time profile (step_time=calibrated);
                                            DIR may be shipped:calibration
+    fleetcast calibrate [overrides] --bench FILE [overrides] [--bench FILE ...] [--out PATH]
+                                           fit the roofline's terms to measured serving
+                                           benchmarks (step_time.profile=PATH)
     fleetcast profile model=NAME --out CSV [--device D] [--dtype T] [--layers N]
                                            time engine steps with PyTorch (the calibrate CSV)
     fleetcast model import CONFIG_JSON [--name ORG/NAME] [--output FILE]

@@ -31,7 +31,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "output": BASICS | {"config", "catalog", "engine"},
     "fleet": BASICS
     | {"engine", "workload", "output.metrics", "output.request_log", "output.step_log"},
-    "calibration": BASICS | {"config", "catalog", "engine"},
+    # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
+    "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
     "sweeps": BASICS | {"config", "output.run_files"},
     # benchmark result files and run folders, read as files
     "harness": BASICS | {"output.run_files"},

@@ -3,11 +3,14 @@
 - ``calibrate``: ``fleetcast calibrate``, the command (where a profile may be written);
 - ``step_fit``: a profile fitted to a per-step CSV (NNLS on the linear contract);
 - ``kernels``: a profile built from per-kernel timing tables;
+- ``bench_fit``: the roofline's global terms fitted to measured serving benchmarks (each run
+  simulated as its harness ran it), with runs held out;
 - ``fitting``: what every fit shares (held-out rows, their error, the sources' checksums);
 - ``profiler``: ``fleetcast profile``, timing engine steps of a catalog model with PyTorch;
 - ``profiler_model``: the random-weight transformer the profiler times.
 
 May import: ``sim.engine`` (the step shape, profiles), ``sim.catalog``, ``sim.config``,
-``sim.errors``, ``sim.resources``, and the ``calibrate`` / ``profile`` extras (SciPy, pandas,
+``sim.errors``, ``sim.resources``, ``sim.harness`` and ``sim.run`` (``bench_fit`` reads
+benchmark files and simulates them), and the ``calibrate`` / ``profile`` extras (SciPy, pandas,
 PyTorch), only inside this package.
 """

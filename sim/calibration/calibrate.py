@@ -2,12 +2,18 @@
 
     fleetcast calibrate --steps FILE [overrides] [--backend B] [--out PATH] [--force]
     fleetcast calibrate --kernels DIR --c0 S [--allreduce-latency S] [--tp-exponent X] ...
+    fleetcast calibrate [overrides] --bench FILE [overrides] [--bench FILE ...] --out PATH
 
 The overrides (``model=``, ``hardware=``, ``precision.weights=``, ``precision.kv=``) say what
 the profile is for. ``--steps`` fits a per-step CSV (``sim.calibration.step_fit``), ``--kernels``
-builds from kernel tables (``sim.calibration.kernels``). Without ``--out`` the profile goes to
-the current directory under its canonical name; an existing file is replaced only with
-``--force``, and a shipped profile never.
+builds from kernel tables (``sim.calibration.kernels``); both write a profile for
+``step_time=calibrated``. ``--bench`` fits the roofline's global terms to measured serving
+benchmarks (``sim.calibration.bench_fit``; overrides right after a file apply to that file's
+runs only, e.g. its ``fleet.tp``; several files may share one ``--bench`` and its overrides)
+and writes a profile for ``step_time.profile=PATH`` with the
+default roofline. Without ``--out`` the profile goes to the current directory under its
+canonical name; an existing file is replaced only with ``--force``, and a shipped profile
+never.
 """
 
 from __future__ import annotations
@@ -39,6 +45,16 @@ def main(argv: list[str]) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--steps", help="per-step CSV (columns: " + ", ".join(STEP_COLUMNS) + ")")
     source.add_argument(
+        "--bench",
+        nargs="+",
+        action="append",
+        metavar="FILE [OVERRIDE",
+        help="serving benchmark result files (vLLM bench serve JSON, SGLang bench_serving "
+        "JSONL, GuideLLM report, AIPerf profile_export_aiperf.json), then overrides for their "
+        "runs only (fleet.tp=4 ...); repeat --bench for files with other overrides. Fits the "
+        "roofline's terms",
+    )
+    source.add_argument(
         "--kernels",
         metavar="DIR",
         help="folder of kernel tables; shipped:calibration is the one Fleetcast "
@@ -68,12 +84,38 @@ def main(argv: list[str]) -> int:
         "(kernel profiles only; default 1: ideal scaling)",
     )
     parser.add_argument(
+        "--holdout-every",
+        type=int,
+        default=None,
+        help="--bench: hold out every Nth run from the fit and report its error "
+        "(default 3; 0: hold none out)",
+    )
+    parser.add_argument(
+        "--max-evals",
+        type=int,
+        default=None,
+        help="--bench: simulations of the fitted runs the search may spend (default 80)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="--bench: runs simulated in parallel (default: the CPU count; never more than "
+        "the runs)",
+    )
+    parser.add_argument(
         "--out", help="where to write the profile (default: ./<name>.json in the current directory)"
     )
     parser.add_argument(
         "--force", action="store_true", help="replace the file at --out if there is one"
     )
     args, overrides = parser.parse_known_args(argv)
+    if args.bench:
+        return _bench_main(args, overrides)
+    for flag in ("holdout_every", "max_evals", "jobs"):
+        if getattr(args, flag) is not None:
+            print(f"error: --{flag.replace('_', '-')} goes with --bench", file=sys.stderr)
+            return 2
     try:
         deployment = _deployment_parts(overrides)
         model, gpu, weights, kv = deployment
@@ -163,3 +205,105 @@ def _calibrate(
         allreduce_latency_s=args.allreduce_latency,
         tp_compute_exponent=args.tp_exponent,
     )
+
+
+def _is_override(word: str) -> bool:
+    """In a ``--bench`` group: ``key=value``, ``+key=value`` or ``~key`` (unless a file of
+    that name exists); every other word is a benchmark file."""
+    if word.startswith(("+", "~")):
+        return True
+    return "=" in word and not Path(word).expanduser().is_file()
+
+
+def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
+    """``--bench``: fit, write the profile, print the terms and the error before and after."""
+    import os
+
+    from sim.calibration.bench_fit import (
+        DEFAULT_HOLDOUT_EVERY,
+        DEFAULT_MAX_EVALS,
+        REPORTED,
+        calibrate_bench,
+    )
+
+    files = [
+        (name, [word for word in group if _is_override(word)])
+        for group in args.bench
+        for name in group
+        if not _is_override(name)
+    ]
+    empty = next((group for group in args.bench if all(map(_is_override, group))), None)
+    if empty is not None:
+        print(
+            f"error: calibrate.bench={' '.join(empty)!r}: no benchmark file in this --bench "
+            "(its words with = are overrides; name the file first)",
+            file=sys.stderr,
+        )
+        return 2
+    holdout_every = DEFAULT_HOLDOUT_EVERY if args.holdout_every is None else args.holdout_every
+    max_evals = DEFAULT_MAX_EVALS if args.max_evals is None else args.max_evals
+    try:
+        require(holdout_every >= 0, "calibrate.holdout_every", holdout_every, "must be >= 0")
+        require(max_evals >= 1, "calibrate.max_evals", max_evals, "must be >= 1")
+        require(args.jobs is None or args.jobs >= 1, "calibrate.jobs", args.jobs, "must be >= 1")
+        out = Path(args.out) if args.out else Path.cwd() / "bench_profile.json"
+        _check_out(out, args.force)
+        jobs = args.jobs or os.cpu_count() or 1
+        result, runs = calibrate_bench(
+            files,
+            overrides,
+            holdout_every=holdout_every,
+            max_evals=max_evals,
+            jobs=jobs,
+            progress=sys.stderr.isatty(),
+        )
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    profile = result.profile
+    profile.provenance["command"] = "fleetcast calibrate " + " ".join(sys.argv[2:])
+    profile.save(out)
+    held = sum(r.held_out for r in runs)
+    print(
+        f"profile: {out}   (use it with step_time.profile={out})\n"
+        f"  fitted on {len(runs) - held} runs, {held} held out, "
+        f"{result.evaluations} simulations of the fitted runs"
+        + (
+            ""
+            if profile.provenance["tp_scaling_fitted"]
+            else "; TP scaling kept at its default (the fitted runs use one TP degree)"
+        )
+    )
+    print(f"  {'term':<32}{'default':>12}{'fitted':>12}")
+    for name, value in profile.terms.items():
+        print(f"  {name:<32}{result.base[name]:>12.4g}{value:>12.4g}")
+    names = {"ttft": "TTFT", "tpot": "TPOT", "output_throughput": "output tok/s"}
+    print(f"  {'error (MAPE)':<32}{'runs':>6}{'default':>12}{'calibrated':>12}")
+    for part, label in (("fit", "fitted runs"), ("held_out", "held-out runs")):
+        errors = profile.error.get(part)
+        if errors is None:
+            print(f"  {label}: none (give more runs for a held-out figure)")
+            continue
+        for metric in REPORTED:
+            after = errors["calibrated"].get(metric)
+            before = errors["default"].get(metric)
+            if after is None or before is None:
+                continue
+            print(
+                f"  {label + ', ' + names[metric]:<32}{after['runs']:>6}"
+                f"{before['mape']:>12.1%}{after['mape']:>12.1%}"
+            )
+    print("  per run (measured / default / calibrated; * held out):")
+    for run, record in zip(runs, profile.runs, strict=True):
+        parts = []
+        for metric in REPORTED:
+            m = record["measured"].get(metric)
+            if not m:
+                continue
+            scale, unit = (1.0, "tok/s") if metric == "output_throughput" else (1e3, "ms")
+            d, c = record["default"].get(metric), record["calibrated"].get(metric)
+            shown = [f"{v * scale:.4g}" if v is not None else "n/a" for v in (m, d, c)]
+            parts.append(f"{names[metric]} {' / '.join(shown)} {unit}")
+        mark = "*" if run.held_out else " "
+        print(f"  {mark} {Path(run.source).name} [{run.index}] {'; '.join(parts)}")
+    return 0

@@ -285,6 +285,9 @@ class EmpiricalLengthSpec(StrictModel):
     dist: Literal["empirical"]
     path: Text
     column: Text | None = None  # null: the field's own name (prompt_tokens / output_tokens)
+    # true: request i takes row i (cycling past the last row) instead of a resampled row, so a
+    # benchmark's own requests are replayed in its order
+    in_order: bool = False
 
 
 LengthDistSpec = Annotated[

@@ -106,8 +106,8 @@ class Replica:
     # -- requests in -----------------------------------------------------------------------
 
     def add(self, request: Request, caller_priority: int) -> None:
-        """Take a routed request: it reaches its engine now, or when the frontend's queue
-        clears.
+        """Take a routed request: it reaches its engine now (after the engine's
+        ``request_overhead_s``), or when the frontend's queue clears.
 
         ``caller_priority`` is the priority of the event being processed (an arrival, or some
         replica's step end): it says whether this replica's own step ending right now has
@@ -116,6 +116,17 @@ class Replica:
         request.replica_id = self.replica_id
         self.num_outstanding += 1
         self.committed_tokens += request.prompt_tokens + request.output_tokens
+        overhead = self._by_model[request.model_id].step_time.request_overhead_s
+        if overhead > 0:  # the server's per-request work before the engine sees it
+            timeout_at(self.env, self.env.now + overhead).callbacks.append(
+                lambda _event: self._reach(request, ARRIVAL_PRIORITY)
+            )
+            return
+        self._reach(request, caller_priority)
+
+    def _reach(self, request: Request, caller_priority: int) -> None:
+        """The request reaches the host: it enters its engine now, or when the frontend's queue
+        clears."""
         frontend = self.frontend
         if frontend is not None:
             end_times = frontend.stretch_end_times

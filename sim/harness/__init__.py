@@ -9,6 +9,8 @@ simulated run with one.
 - ``guidellm_report``: GuideLLM reports, JSON or YAML;
 - ``aiperf_export``: AIPerf ``profile_export_aiperf.json`` and its per-request JSON lines;
 - ``formats``: which harness wrote a file (from its content), and choosing one of its runs;
+- ``replay``: a measured run as the simulated benchmark that reproduces it (the harness's
+  client, load and lengths, the engine's scheduler);
 - ``simulated``: a simulated run's figures in a harness's definitions;
 - ``compare``: ``fleetcast compare RUN_DIR FILE``, the two side by side;
 - ``bench``: ``fleetcast bench``'s harness flags (onto ``workload=bench``) and its report in a

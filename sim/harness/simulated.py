@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.arrow_numpy import column_to_numpy
@@ -74,13 +75,19 @@ def read_run(run_dir: str | Path) -> SimulatedRequests:
     except (OSError, ValueError, KeyError) as err:
         reason = " ".join(str(err).split())
         raise ConfigError("run_dir", str(run_dir), f"cannot read the run: {reason}") from None
+    return from_table(table, summary, str(run_dir))
+
+
+def from_table(table: pa.Table, summary: dict, shown: str = "run") -> SimulatedRequests:
+    """The completed, measured requests of a run's requests table (at least ``COLUMNS``) and
+    its summary; ConfigError on ``run_dir`` (``shown``) when it completed none."""
     status = np.asarray(table.column("status").to_pylist(), dtype=object)
     # a benchmark client's warm-ups (the first request ids) are not the harness's to measure
     measured = column_to_numpy(table.column("request_id")) >= summary.get("warmup_requests", 0)
     done = (status == "completed") & measured
     arrival = column_to_numpy(table.column("arrival_time_s"))
     if not done.any():
-        raise ConfigError("run_dir", str(run_dir), "the run completed no request")
+        raise ConfigError("run_dir", shown, "the run completed no request")
     completion = column_to_numpy(table.column("completion_time_s"))[done]
     return SimulatedRequests(
         arrival_s=arrival[done],

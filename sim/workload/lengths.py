@@ -15,7 +15,8 @@ A length field in the workload config is either an int (fixed length) or a mappi
   The clip piles the tail mass on the bounds, so the sample mean differs from ``mean`` (the
   unclipped ``median * exp(sigma^2 / 2)``) by the clipped tails.
 - ``empirical``: ``path`` to a trace file, ``column`` (defaults to the field's own name);
-  resamples that column with replacement.
+  resamples that column with replacement, or with ``in_order: true`` gives request i the
+  column's row i (cycling past the last row): a benchmark's own lengths replayed in order.
 
 A workload-level ``pattern:`` picks one of the GUIDE's four traffic shapes as lognormal presets
 and overrides both fields; see ``PATTERNS``. Left out: correlation between prompt and output
@@ -99,12 +100,15 @@ class LogNormalLength:
 @dataclass(frozen=True, eq=False)
 class EmpiricalLength:
     values: np.ndarray = field(repr=False)  # int64, >= 1, the observed lengths
+    in_order: bool = False  # row i for request i (cycling), no draw
 
     @property
     def mean(self) -> float:
         return float(self.values.mean())
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.in_order:
+            return self.values[np.arange(n) % self.values.size].astype(np.int64)
         return rng.choice(self.values, size=n, replace=True).astype(np.int64)
 
 
@@ -147,7 +151,9 @@ def build_length(spec: LengthSpec | Mapping[str, Any], name: str) -> LengthDist:
     values = read_columns(path, (column,), f"{name}.path", spec.path)[column]
     if values.size == 0:
         raise ConfigError(f"{name}.path", spec.path, f"column {column} has no rows")
-    return EmpiricalLength(token_counts(values, column, f"{name}.path", spec.path))
+    return EmpiricalLength(
+        token_counts(values, column, f"{name}.path", spec.path), in_order=spec.in_order
+    )
 
 
 def build_lengths(

@@ -72,6 +72,17 @@ def test_empirical_column_can_be_named():
     assert dist.mean == pytest.approx(load_trace(AZURE_CONV).prompt_tokens.mean())
 
 
+def test_empirical_in_order_replays_the_rows_and_cycles_past_the_last(tmp_path):
+    path = tmp_path / "lengths.csv"
+    path.write_text("prompt_tokens,output_tokens\n5,1\n7,2\n3,9\n")
+    dist = build_length(
+        {"dist": "empirical", "path": str(path), "in_order": True}, "workload.prompt_tokens"
+    )
+    # the generator is not drawn from: any two give the file's order
+    assert dist.sample(_rng(), 7).tolist() == [5, 7, 3, 5, 7, 3, 5]
+    assert dist.sample(_rng(9), 2).tolist() == [5, 7]
+
+
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_patterns_sit_on_their_side_of_the_1024_256_split(name):
     prompt, output = build_lengths({"pattern": name, "prompt_tokens": 3, "output_tokens": 3})

@@ -29,7 +29,16 @@ Both give identical numbers. 32 steps is where they cross on benchmarks/bench_sp
 
 
 class StepTimeModel:
-    """Base class: subclasses implement ``step_time_s``."""
+    """Base class: subclasses implement ``step_time_s``.
+
+    ``request_overhead_s`` is the engine's fixed time between a request reaching the server and
+    entering its scheduler's queue (HTTP handling, tokenising, the hand-off to the engine
+    process): it is paid once per request, outside any step, so it adds to TTFT and E2E and
+    leaves TPOT alone. 0 unless a model says otherwise (the roofline's key, fitted by
+    ``fleetcast calibrate --bench``).
+    """
+
+    request_overhead_s: float = 0.0
 
     def step_time_s(self, shape: StepShape) -> float:
         raise NotImplementedError

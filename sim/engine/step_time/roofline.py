@@ -35,7 +35,14 @@ not one roofline over the whole step. Per pipeline stage, on each of the ``tp`` 
   keep ``pp`` batches in flight across steps (vLLM's virtual engines) instead of paying the
   bubble every step, so memory-bound decode throughput with ``pp > 1`` is underestimated, by up
   to ``(2pp − 1)/pp`` with one micro-batch per stage.
-- ``step_overhead_s``: the engine's fixed per-step cost (scheduling, sampling, launch).
+- ``step_overhead_s``: the engine's fixed per-step cost (scheduling, sampling, launch), and
+  ``token_overhead_s`` per sequence that produces a token in the step (the host's sampling,
+  detokenising and output handling of each; 0 by default, fitted by ``calibrate --bench``).
+- ``request_overhead_s``: the server's fixed time per request before the engine queues it
+  (HTTP, tokenising, hand-off; ``StepTimeModel``): 0 by default, fitted by
+  ``calibrate --bench``.
+- ``profile``: a file from ``fleetcast calibrate --bench`` (``bench_profile``): its fitted
+  terms replace the defaults of those keys.
 
 Where the defaults come from: the GEMM and attention terms were read off NVIDIA
 aiconfigurator's measured H100-SXM kernel tables shipped in ``data/calibration`` (TensorRT-LLM
@@ -53,6 +60,7 @@ communication with compute, and load imbalance between experts.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -62,6 +70,7 @@ from sim.catalog.deployment import Deployment
 from sim.catalog.model import ModelSpec, bytes_per_element
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
+from sim.engine.step_time.bench_profile import load_bench_profile
 from sim.errors import require
 
 _LOW_PRECISION = ("fp8", "fp4")
@@ -100,7 +109,29 @@ class RooflineStepTime(StepTimeModel):
         step_overhead_s: float = 0.002,
         allreduce_bytes_per_element: float = 2.0,
         allreduce_bandwidth_efficiency: float = 0.57,
+        token_overhead_s: float = 0.0,
+        request_overhead_s: float = 0.0,
+        profile: str | None = None,
     ) -> None:
+        if profile is not None:
+            terms = load_bench_profile(profile, deployment, locals(), _DEFAULTS)
+            compute_efficiency = terms.get("compute_efficiency", compute_efficiency)
+            quantized_compute_efficiency = terms.get(
+                "quantized_compute_efficiency", quantized_compute_efficiency
+            )
+            attention_compute_efficiency = terms.get(
+                "attention_compute_efficiency", attention_compute_efficiency
+            )
+            bandwidth_efficiency = terms.get("bandwidth_efficiency", bandwidth_efficiency)
+            attention_bandwidth_efficiency = terms.get(
+                "attention_bandwidth_efficiency", attention_bandwidth_efficiency
+            )
+            step_overhead_s = terms.get("step_overhead_s", step_overhead_s)
+            token_overhead_s = terms.get("token_overhead_s", token_overhead_s)
+            request_overhead_s = terms.get("request_overhead_s", request_overhead_s)
+            allreduce_bandwidth_efficiency = terms.get(
+                "allreduce_bandwidth_efficiency", allreduce_bandwidth_efficiency
+            )
         compute_efficiency = _fraction(compute_efficiency, "compute_efficiency")
         quantized = _fraction(quantized_compute_efficiency, "quantized_compute_efficiency")
         attn_eff = _fraction(attention_compute_efficiency, "attention_compute_efficiency")
@@ -126,6 +157,8 @@ class RooflineStepTime(StepTimeModel):
         quantized_floor_s = _non_negative(quantized_gemm_floor_s, "quantized_gemm_floor_s")
         attention_floor_s = _non_negative(attention_floor_s, "attention_floor_s")
         step_overhead_s = _non_negative(step_overhead_s, "step_overhead_s")
+        token_overhead_s = _non_negative(token_overhead_s, "token_overhead_s")
+        self.request_overhead_s = _non_negative(request_overhead_s, "request_overhead_s")
         require(
             allreduce_bytes_per_element > 0,
             "step_time.allreduce_bytes_per_element",
@@ -176,6 +209,7 @@ class RooflineStepTime(StepTimeModel):
         self._handoff_per_token = (pp - 1) * model.hidden_size * _ACTIVATION_BYTES * link_s_per_byte
         self._handoff_fixed = (pp - 1) * latency if pp > 1 else 0.0
         self._step_overhead_s = step_overhead_s
+        self._token_overhead_s = token_overhead_s
 
     def _stage_s(
         self, tokens: float, logits: float, prefill_attn: float, decode_context: float
@@ -195,15 +229,16 @@ class RooflineStepTime(StepTimeModel):
         # the LM head runs for each decode and the last token of the prefills (counted as one,
         # as the step shape does not say how many prompts end in the step)
         logits = shape.num_decode_seqs + (1 if shape.num_prefill_tokens else 0)
+        overhead = self._step_overhead_s + self._token_overhead_s * logits
         if self._pp == 1:
             stage = self._stage_s(tokens, logits, shape.prefill_attn, shape.decode_context)
-            return stage + self._step_overhead_s
+            return stage + overhead
         m = min(self._microbatches, tokens) or 1  # no micro-batch smaller than one token
         per = (tokens / m, shape.prefill_attn / m, shape.decode_context / m)
         before_last = self._stage_s(per[0], 0, per[1], per[2])  # no LM head there
         last = self._stage_s(per[0], logits / m, per[1], per[2])
         handoff = self._handoff_per_token * (tokens / m) + self._handoff_fixed
-        return (self._pp - 1) * before_last + m * last + handoff + self._step_overhead_s
+        return (self._pp - 1) * before_last + m * last + handoff + overhead
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         if self._pp > 1:
@@ -214,7 +249,7 @@ class RooflineStepTime(StepTimeModel):
         tokens = first.num_decode_seqs
         gemm = self._gemms.seconds(tokens, tokens)
         tail = self._comm_per_token * tokens + self._fixed_s
-        overhead = self._step_overhead_s
+        overhead = self._step_overhead_s + self._token_overhead_s * tokens
         s_attn, s_kv = self._s_per_attn_pair, self._s_per_kv_token
         if num_steps >= VECTOR_MIN_STEPS:
             each = first.decode_context + context_growth * np.arange(num_steps, dtype=np.int64)
@@ -228,6 +263,14 @@ class RooflineStepTime(StepTimeModel):
             durations.append(((gemm + (compute if compute > kv else kv)) + tail) + overhead)
             context += context_growth
         return durations
+
+
+# each keyword's default: a profile's fitted term may replace a key only while it has it
+_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(RooflineStepTime.__init__).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
 
 
 class _Gemms:

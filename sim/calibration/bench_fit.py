@@ -1,0 +1,537 @@
+"""Fit the roofline to the user's own serving benchmarks: ``fleetcast calibrate --bench``.
+
+Each run of each benchmark file is simulated as its harness ran it (``sim.harness.replay``:
+the client, the load, the lengths, the engine's scheduler) on the deployment the overrides
+name, and its mean TTFT and mean TPOT (the median where the file keeps no mean; ITL where it
+keeps no TPOT) are computed in the harness's own definitions (``sim.harness.simulated``).
+A few global terms of the roofline are then moved to bring the simulated figures to the
+measured ones.
+
+The model's form was chosen before scoring it on any run:
+
+- terms: ``compute_scale`` (multiplies the three compute efficiencies), ``bandwidth_scale``
+  (the two bandwidth efficiencies), ``step_overhead_s``, ``token_overhead_s`` (the host's cost
+  per token produced in a step), ``request_overhead_s`` (the server's fixed time per request
+  before the engine queues it: HTTP, tokenising) and, only when the fitted runs use two or
+  more TP degrees, ``allreduce_scale`` (the all-reduce's bandwidth efficiency: TP scaling). An
+  efficiency is capped at 1 whatever its scale.
+- objective: a soft-L1 loss (``2(sqrt(1 + z^2) - 1)``, quadratic near 0, linear far out, so one
+  run the model cannot follow, such as an overloaded engine's, does not drag the rest) of
+  ``z`` = the log error of TTFT and of TPOT over 0.1 (a 10% error is one unit), summed over
+  the fitted runs, plus a prior that keeps each term near the roofline's default unless the
+  runs say otherwise: log scales with standard deviation 0.5 (compute, all-reduce) and 0.3
+  (bandwidth, which datasheets pin better), log step overhead 1.5 around the default, token
+  overhead 25 us and request overhead 30 ms above the default. With one or two runs the prior
+  does most of the work, which is the point: two figures cannot pin six terms.
+- search: Nelder-Mead within bounds on (log scales, log overhead, token overhead in us), from
+  the defaults, up to ``max_evals`` simulations of every fitted run. Every evaluation uses the
+  same seed (common random numbers), so the objective moves only with the terms.
+- held out: every ``holdout_every``-th run in the order given (default every third; with two
+  runs the second) is simulated with the fitted terms but never seen by the fit, and its error
+  is reported beside the fitted runs'. One run leaves nothing to hold out: said, not hidden.
+
+The profile keeps the terms fitted on the fitted runs only, so its held-out error describes the
+file a user gets.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.calibration.fitting import sha256
+from sim.engine.step_time.bench_profile import TERMS, BenchProfile
+from sim.errors import ConfigError, require
+from sim.harness.formats import read_benchmark
+from sim.harness.replay import HarnessLoad, harness_load
+from sim.harness.results import MeasuredRun, Statistic
+from sim.harness.simulated import (
+    SimulatedRequests,
+    from_table,
+    mean,
+    output_tokens_per_s,
+    per_request,
+    percentile,
+)
+from sim.resources import is_shipped, shipped_path
+
+METRICS = ("ttft", "tpot")  # fitted
+REPORTED = (*METRICS, "output_throughput")  # reported
+OBSERVATION_SIGMA = 0.1  # log error that counts as one unit of the objective
+DEFAULT_MAX_EVALS = 80
+DEFAULT_HOLDOUT_EVERY = 3
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted term, searched on an internal scale ``x``: the log of a scale or of the step
+    overhead, or (``squared``) the square root of an added overhead, so that the search has no
+    edge at 0 to stall on (a simplex squeezed against a bound stops moving)."""
+
+    name: str
+    prior_mean: float  # of the value: x, or x**2 when squared
+    prior_sd: float
+    low: float  # bounds of x
+    high: float
+    step: float  # the initial simplex's step in x
+    squared: bool = False
+
+    def value(self, x: float) -> float:
+        return x * x if self.squared else x
+
+    def prior(self, x: float) -> float:
+        return ((self.value(x) - self.prior_mean) / self.prior_sd) ** 2
+
+
+def parameters(base: dict[str, Any], fit_tp: bool) -> list[Parameter]:
+    """The searched terms (module docstring); the scale bounds let every efficiency reach 1."""
+    ceiling = {
+        "compute_scale": 1.0
+        / min(
+            base["compute_efficiency"],
+            base["quantized_compute_efficiency"],
+            base["attention_compute_efficiency"],
+        ),
+        "bandwidth_scale": 1.0
+        / min(base["bandwidth_efficiency"], base["attention_bandwidth_efficiency"]),
+        "allreduce_scale": 1.0 / base["allreduce_bandwidth_efficiency"],
+    }
+    overhead = max(base["step_overhead_s"], 1e-5)
+    params = [
+        Parameter(
+            "compute_scale", 0.0, 0.5, math.log(0.2), math.log(ceiling["compute_scale"]), 0.3
+        ),
+        Parameter(
+            "bandwidth_scale", 0.0, 0.3, math.log(0.2), math.log(ceiling["bandwidth_scale"]), 0.2
+        ),
+        Parameter(
+            "step_overhead_s",
+            0.0,
+            1.5,
+            math.log(1e-5 / overhead),
+            math.log(0.1 / overhead),
+            0.7,
+        ),
+        # added to the default, in microseconds and milliseconds: x**2, x in [-sqrt, sqrt]
+        Parameter("token_overhead_s", 0.0, 25.0, -math.sqrt(200), math.sqrt(200), 3.0, True),
+        Parameter("request_overhead_s", 0.0, 30.0, -math.sqrt(2000), math.sqrt(2000), 3.0, True),
+    ]
+    if fit_tp:
+        params.append(
+            Parameter(
+                "allreduce_scale",
+                0.0,
+                0.5,
+                math.log(0.1),
+                math.log(ceiling["allreduce_scale"]),
+                0.3,
+            )
+        )
+    return params
+
+
+def terms_at(
+    x: Sequence[float] | np.ndarray, params: list[Parameter], base: dict[str, Any]
+) -> dict[str, float]:
+    """The roofline keys the searched values ``x`` stand for."""
+    value = {p.name: p.value(float(xi)) for p, xi in zip(params, x, strict=True)}
+    terms: dict[str, float] = {}
+    cs = math.exp(value["compute_scale"])
+    bs = math.exp(value["bandwidth_scale"])
+    for key in (
+        "compute_efficiency",
+        "quantized_compute_efficiency",
+        "attention_compute_efficiency",
+    ):
+        terms[key] = min(1.0, base[key] * cs)
+    for key in ("bandwidth_efficiency", "attention_bandwidth_efficiency"):
+        terms[key] = min(1.0, base[key] * bs)
+    terms["step_overhead_s"] = max(base["step_overhead_s"], 1e-5) * math.exp(
+        value["step_overhead_s"]
+    )
+    terms["token_overhead_s"] = base["token_overhead_s"] + value["token_overhead_s"] * 1e-6
+    terms["request_overhead_s"] = base["request_overhead_s"] + value["request_overhead_s"] * 1e-3
+    if "allreduce_scale" in value:
+        terms["allreduce_bandwidth_efficiency"] = min(
+            1.0, base["allreduce_bandwidth_efficiency"] * math.exp(value["allreduce_scale"])
+        )
+    return terms
+
+
+@dataclass
+class BenchRun:
+    """One measured run, ready to simulate."""
+
+    measured: MeasuredRun
+    source: str  # the file as the user named it
+    sha256: str
+    index: int  # the run's place in its file
+    overrides: list[str]
+    cfg: dict[str, Any]
+    load: HarnessLoad
+    held_out: bool = False
+    targets: dict[str, tuple[Statistic, str, float]] = field(default_factory=dict)
+
+    @property
+    def tp(self) -> int:
+        return int(self.cfg["fleet"]["tp"])
+
+
+def targets(run: MeasuredRun) -> dict[str, tuple[Statistic, str, float]]:
+    """metric -> (the file's statistic, ``mean`` or ``median``, measured seconds): the mean
+    where the file keeps one, else the median; TPOT falls back on ITL, then chunk gaps."""
+    out = {}
+    for metric, roles in (("ttft", ("ttft",)), ("tpot", ("tpot", "itl", "chunk_gap"))):
+        for role in roles:
+            stat = run.latency.get(role)
+            if stat is None:
+                continue
+            if stat.mean_s:
+                out[metric] = (stat, "mean", stat.mean_s)
+                break
+            if stat.median_s:
+                out[metric] = (stat, "median", stat.median_s)
+                break
+    return out
+
+
+def simulated_figures(sim: SimulatedRequests, run: BenchRun) -> dict[str, float | None]:
+    """The run's target figures from a simulation, in the measured statistics' definitions."""
+    out: dict[str, float | None] = {}
+    for metric, (stat, kind, _) in run.targets.items():
+        values, weights = per_request(sim, stat.definition)
+        out[metric] = mean(values, weights) if kind == "mean" else percentile(values, weights, 50)
+    out["output_throughput"] = output_tokens_per_s(sim)
+    return out
+
+
+def measured_figures(run: BenchRun) -> dict[str, float | None]:
+    out: dict[str, float | None] = {m: value for m, (_, _, value) in run.targets.items()}
+    out["output_throughput"] = run.measured.output_throughput_tokens_per_s
+    return out
+
+
+def _simulate(cfg: dict[str, Any], terms: dict[str, float]) -> tuple[Any, dict]:
+    from sim.run import simulate
+
+    cfg = {**cfg, "step_time": {**cfg["step_time"], **terms}}
+    result = simulate(cfg)
+    return result.requests, result.summary
+
+
+def _figures_of(job: tuple[BenchRun, dict[str, float]]) -> dict[str, float | None]:
+    run, terms = job
+    table, summary = _simulate(run.cfg, terms)
+    return simulated_figures(from_table(table, summary, run.measured.label), run)
+
+
+def prepare(
+    files: Sequence[tuple[str, Sequence[str]]],
+    overrides: Sequence[str],
+    folder: Path,
+    holdout_every: int = DEFAULT_HOLDOUT_EVERY,
+) -> list[BenchRun]:
+    """Every run of every file, composed with the shared ``overrides`` then the file's own,
+    its harness's load and scheduler (unless the overrides choose one), and its split."""
+    from sim.config.compose import check_overrides, compose_config
+
+    require(holdout_every >= 0, "calibrate.holdout_every", holdout_every, "must be >= 0")
+    require(
+        holdout_every != 1,
+        "calibrate.holdout_every",
+        holdout_every,
+        "holds out every run, leaving none to fit: give 2 or more, or 0 for none",
+    )
+    require(bool(files), "calibrate.bench", "", "no benchmark file given")
+    runs: list[BenchRun] = []
+    for number, (name, own) in enumerate(files):
+        given = [*overrides, *own]
+        check_overrides(given)
+        path = shipped_path(name) if is_shipped(name) else Path(name).expanduser()
+        measured_runs = read_benchmark(name)
+        digest = sha256(path)
+        for index, measured in enumerate(measured_runs):
+            load = harness_load(measured)
+            chosen = [o for o in given if o.split("=", 1)[0].lstrip("+~") == "scheduler"]
+            scheduler = [] if chosen or load.scheduler is None else [f"scheduler={load.scheduler}"]
+            cfg = compose_config(
+                [
+                    "step_time=roofline",
+                    "fleet.replicas=1",
+                    "sim.progress=false",
+                    *scheduler,
+                    *given,
+                ]
+            )
+            if not str(cfg["step_time"].get("_target_", "")).endswith("RooflineStepTime"):
+                raise ConfigError(
+                    "step_time",
+                    cfg["step_time"].get("_target_"),
+                    "calibrate --bench fits the roofline's terms: leave step_time at roofline",
+                )
+            require(
+                cfg["step_time"].get("profile") is None,
+                "step_time.profile",
+                cfg["step_time"].get("profile"),
+                "calibrate --bench fits from the defaults: give no profile",
+            )
+            cfg["workload"] = load.workload(folder, f"file{number}_run{index}")
+            found = targets(measured)
+            if not found:
+                raise ConfigError(
+                    "bench_file", name, f"{measured.label}: holds neither TTFT nor TPOT/ITL"
+                )
+            runs.append(
+                BenchRun(
+                    measured=measured,
+                    source=name,
+                    sha256=digest,
+                    index=index,
+                    overrides=[*scheduler, *given],
+                    cfg=cfg,
+                    load=load,
+                    targets=found,
+                )
+            )
+    if holdout_every and len(runs) >= 2:
+        every = min(holdout_every, len(runs))
+        for position, run in enumerate(runs, start=1):
+            run.held_out = position % every == 0
+    return runs
+
+
+def errors(
+    runs: Sequence[BenchRun], figures: Sequence[dict[str, float | None]]
+) -> dict[str, dict[str, float]]:
+    """metric -> {mape, median_ape, max_ape, runs} over the runs that have the metric."""
+    out = {}
+    for metric in REPORTED:
+        ape = []
+        for run, simulated in zip(runs, figures, strict=True):
+            measured = measured_figures(run).get(metric)
+            value = simulated.get(metric)
+            if measured and value is not None:
+                ape.append(abs(value / measured - 1))
+        if ape:
+            out[metric] = {
+                "mape": float(np.mean(ape)),
+                "median_ape": float(np.median(ape)),
+                "max_ape": float(np.max(ape)),
+                "runs": len(ape),
+            }
+    return out
+
+
+@dataclass
+class FitResult:
+    profile: BenchProfile
+    base: dict[str, float]
+    evaluations: int
+    default_figures: list[dict[str, float | None]]
+    fitted_figures: list[dict[str, float | None]]
+
+
+class _Evaluator:
+    """Simulates runs under given terms, in parallel when ``jobs`` > 1."""
+
+    def __init__(self, jobs: int) -> None:
+        self.pool = ProcessPoolExecutor(jobs) if jobs > 1 else None
+
+    def __call__(
+        self, runs: Sequence[BenchRun], terms: dict[str, float]
+    ) -> list[dict[str, float | None]]:
+        jobs = [(run, terms) for run in runs]
+        if self.pool is None:
+            return [_figures_of(job) for job in jobs]
+        return list(self.pool.map(_figures_of, jobs))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def simulate_runs(
+    runs: Sequence[BenchRun], terms: dict[str, float], jobs: int = 1
+) -> list[dict[str, float | None]]:
+    """Each run's figures (``simulated_figures``) simulated under ``terms``."""
+    evaluate = _Evaluator(min(jobs, len(runs)))
+    try:
+        return evaluate(runs, terms)
+    finally:
+        evaluate.close()
+
+
+def fit(
+    runs: list[BenchRun],
+    *,
+    max_evals: int = DEFAULT_MAX_EVALS,
+    jobs: int = 1,
+    on_evaluation: Callable[[int, float], None] | None = None,
+) -> FitResult:
+    """The terms that bring the fitted runs' TTFT and TPOT nearest the measured ones."""
+    from scipy.optimize import minimize
+
+    require(max_evals >= 1, "calibrate.max_evals", max_evals, "must be >= 1")
+    fitted_runs = [r for r in runs if not r.held_out]
+    assert fitted_runs, "prepare holds out at most every other run"
+    base_cfg = fitted_runs[0].cfg["step_time"]
+    base = {key: float(base_cfg[key]) for key in TERMS}
+    fit_tp = len({r.tp for r in fitted_runs}) >= 2
+    params = parameters(base, fit_tp)
+    x0 = np.zeros(len(params))  # every term at its default
+    evaluate = _Evaluator(min(jobs, len(runs)))
+    count = 0
+
+    def objective(x: np.ndarray) -> float:
+        nonlocal count
+        x = np.clip(x, [p.low for p in params], [p.high for p in params])
+        figures = evaluate(fitted_runs, terms_at(x, params, base))
+        loss = 0.0
+        for run, simulated in zip(fitted_runs, figures, strict=True):
+            for metric in METRICS:
+                measured = measured_figures(run).get(metric)
+                value = simulated.get(metric)
+                if measured and value:
+                    z = math.log(value / measured) / OBSERVATION_SIGMA
+                    loss += 2.0 * (math.sqrt(1.0 + z * z) - 1.0)  # soft L1
+        loss += sum(p.prior(float(xi)) for xi, p in zip(x, params, strict=True))
+        count += 1
+        if on_evaluation is not None:
+            on_evaluation(count, loss)
+        return loss
+
+    try:
+        simplex = np.array(
+            [x0] + [x0 + np.eye(len(params))[i] * p.step for i, p in enumerate(params)]
+        )
+        result = minimize(
+            objective,
+            x0,
+            method="Nelder-Mead",
+            bounds=[(p.low, p.high) for p in params],
+            options={
+                "maxfev": max_evals,
+                "initial_simplex": simplex,
+                "xatol": 0.01,
+                "fatol": 0.01,
+            },
+        )
+        best = terms_at(
+            np.clip(result.x, [p.low for p in params], [p.high for p in params]), params, base
+        )
+        default_figures = evaluate(runs, {})
+        fitted_figures = evaluate(runs, best)
+    finally:
+        evaluate.close()
+    split = {
+        "fit": [i for i, r in enumerate(runs) if not r.held_out],
+        "held_out": [i for i, r in enumerate(runs) if r.held_out],
+    }
+    error: dict[str, Any] = {}
+    for part, indices in split.items():
+        if not indices:
+            continue
+        chosen = [runs[i] for i in indices]
+        error[part] = {
+            "default": errors(chosen, [default_figures[i] for i in indices]),
+            "calibrated": errors(chosen, [fitted_figures[i] for i in indices]),
+        }
+    profile = BenchProfile(
+        terms=best,
+        fitted_for=_deployments(runs),
+        fitted=sorted(best) if fit_tp else sorted(k for k in best if "allreduce" not in k),
+        runs=[
+            _run_record(run, default_figures[i], fitted_figures[i]) for i, run in enumerate(runs)
+        ],
+        error=error,
+        provenance={
+            "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "method": "Nelder-Mead on log errors of TTFT and TPOT with a prior at the "
+            "roofline's defaults (sim/calibration/bench_fit.py)",
+            "evaluations": count,
+            "tp_scaling_fitted": fit_tp,
+            "seed": int(fitted_runs[0].cfg.get("seed", 0)),
+        },
+    )
+    return FitResult(profile, base, count, default_figures, fitted_figures)
+
+
+def _deployments(runs: Sequence[BenchRun]) -> list[dict[str, str]]:
+    from sim.catalog.placement import build_placement
+    from sim.config.schema import validate_run
+    from sim.engine.step_time.bench_profile import deployment_key
+
+    out: list[dict[str, str]] = []
+    for run in runs:
+        spec = validate_run(run.cfg)
+        key = deployment_key(build_placement(spec, spec.placement, 1).deployments[0])
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def _run_record(
+    run: BenchRun, default: dict[str, float | None], fitted: dict[str, float | None]
+) -> dict[str, Any]:
+    load = run.load
+    return {
+        "file": run.source,
+        "sha256": run.sha256,
+        "index": run.index,
+        "label": run.measured.label,
+        "tool": run.measured.tool,
+        "held_out": run.held_out,
+        "overrides": run.overrides,
+        "load": {
+            "num_requests": load.num_requests,
+            "request_rate": load.request_rate,
+            "max_concurrency": load.max_concurrency,
+            "num_warmups": load.num_warmups,
+            "lengths": load.lengths,
+        },
+        "statistics": {m: f"{kind} {stat.name}" for m, (stat, kind, _) in run.targets.items()},
+        "measured": measured_figures(run),
+        "default": default,
+        "calibrated": fitted,
+    }
+
+
+def calibrate_bench(
+    files: Sequence[tuple[str, Sequence[str]]],
+    overrides: Sequence[str],
+    *,
+    holdout_every: int = DEFAULT_HOLDOUT_EVERY,
+    max_evals: int = DEFAULT_MAX_EVALS,
+    jobs: int = 1,
+    progress: bool = True,
+) -> tuple[FitResult, list[BenchRun]]:
+    """Read, simulate and fit (module docstring); the per-request lengths live in a temporary
+    folder for the fit's duration."""
+    with tempfile.TemporaryDirectory(prefix="fleetcast-bench-") as tmp:
+        runs = prepare(files, overrides, Path(tmp), holdout_every)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=max_evals, desc="fitting", unit="sim", file=sys.stderr, leave=False)
+
+        def tick(count: int, loss: float) -> None:
+            if bar is not None:
+                bar.set_postfix_str(f"objective {loss:.3g}")
+                bar.update(1)
+
+        try:
+            result = fit(runs, max_evals=max_evals, jobs=jobs, on_evaluation=tick)
+        finally:
+            if bar is not None:
+                bar.close()
+    return result, runs

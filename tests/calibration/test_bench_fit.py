@@ -1,0 +1,351 @@
+"""``fleetcast calibrate --bench``'s fit (sim.calibration.bench_fit): terms that made synthetic
+benchmarks are found again (their figures, not the defaults'), the held-out split, which
+statistic each run is fitted on, and what ``prepare`` refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.calibration.bench_fit import (
+    BenchRun,
+    calibrate_bench,
+    parameters,
+    prepare,
+    simulated_figures,
+    targets,
+    terms_at,
+)
+from sim.config.compose import compose_config
+from sim.engine.step_time.bench_profile import TERMS, BenchProfile
+from sim.errors import ConfigError
+from sim.harness.formats import read_benchmark
+from sim.harness.replay import harness_load
+from sim.harness.results import Definition, MeasuredRun, Statistic
+from sim.harness.simulated import from_table, mean, output_tokens_per_s, per_request
+from sim.run import simulate
+from tests.harness.samples import AIPERF, GUIDELLM_JSON, SGLANG, VLLM_8B, VLLM_70B
+
+DEPLOY = ["model=llama31_8b", "hardware=h100_sxm"]
+# the terms the synthetic "measured" benchmarks were served with (the others at the defaults)
+KNOWN = {"request_overhead_s": 0.03, "step_overhead_s": 0.004}
+# what prepare composes for a vLLM file, before its overrides
+PREPARED = ["step_time=roofline", "fleet.replicas=1", "sim.progress=false", "scheduler=vllm"]
+# every term but TP scaling, which one TP degree cannot pin
+TERMS_FITTED = tuple(name for name in TERMS if name != "allreduce_bandwidth_efficiency")
+
+
+def write_vllm(
+    path: Path,
+    rate: float,
+    ins: list[int],
+    outs: list[int],
+    ttft_s: float,
+    tpot_s: float,
+    duration_s: float = 10.0,
+    output_throughput: float | None = None,
+) -> Path:
+    """A ``vllm bench serve --save-result --save-detailed`` file with these figures (the
+    per-request times all at the means: only the means are fitted)."""
+    n = len(ins)
+    doc = {
+        "backend": "vllm",
+        "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": n,
+        "request_rate": rate,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": duration_s,
+        "completed": n,
+        "total_input_tokens": int(sum(ins)),
+        "total_output_tokens": int(sum(outs)),
+        "request_throughput": n / duration_s,
+        "output_throughput": output_throughput or sum(outs) / duration_s,
+        "mean_ttft_ms": ttft_s * 1e3,
+        "median_ttft_ms": ttft_s * 1e3,
+        "mean_tpot_ms": tpot_s * 1e3,
+        "median_tpot_ms": tpot_s * 1e3,
+        "input_lens": [int(x) for x in ins],
+        "output_lens": [int(x) for x in outs],
+        "ttfts": [ttft_s] * n,
+        "itls": [[tpot_s] * (int(o) - 1) for o in outs],
+        "errors": [""] * n,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def synthetic_benchmark(
+    path: Path, rate: float, n: int, seed: int, known: dict[str, float] = KNOWN
+) -> tuple[float, float]:
+    """Write ``path``: ``n`` requests of random lengths at ``rate``, their mean TTFT and TPOT
+    (vLLM's definitions) those of the replayed benchmark simulated with the ``known`` terms.
+    Returns (mean TTFT, mean TPOT)."""
+    rng = np.random.default_rng(seed)
+    ins, outs = rng.integers(50, 800, n).tolist(), rng.integers(20, 300, n).tolist()
+    write_vllm(path, rate, ins, outs, 0.01, 0.01)  # the lengths and load, to replay
+    load = harness_load(read_benchmark(str(path))[0])
+    cfg = compose_config([*PREPARED, *DEPLOY, *(f"step_time.{k}={v!r}" for k, v in known.items())])
+    cfg["workload"] = load.workload(path.parent, f"{path.stem}_lengths")
+    result = simulate(cfg)
+    sim = from_table(result.requests, result.summary)
+    ttft = mean(*per_request(sim, Definition.TTFT))
+    tpot = mean(*per_request(sim, Definition.GAP_AFTER_FIRST))
+    assert ttft is not None and tpot is not None
+    write_vllm(path, rate, ins, outs, ttft, tpot, sim.duration_s, output_tokens_per_s(sim))
+    return ttft, tpot
+
+
+def test_the_fit_finds_terms_that_reproduce_a_benchmark_the_defaults_miss(tmp_path):
+    files = []
+    for number, rate in enumerate((3.0, 12.0, 7.0)):
+        path = tmp_path / f"bench{number}.json"
+        synthetic_benchmark(path, rate, 120, seed=number)
+        files.append((str(path), []))
+    result, runs = calibrate_bench(files, DEPLOY, max_evals=60, jobs=1, progress=False)
+    assert [r.held_out for r in runs] == [False, False, True]  # every third
+    assert 1 <= result.evaluations <= 60
+    error = result.profile.error
+    for part in ("fit", "held_out"):
+        for metric in ("ttft", "tpot"):
+            before = error[part]["default"][metric]["mape"]
+            after = error[part]["calibrated"][metric]["mape"]
+            assert after < 0.05 and after < before / 4, (part, metric, before, after)
+        # the defaults know nothing of the 30 ms per request nor the 4 ms steps
+        assert error[part]["default"]["ttft"]["mape"] > 0.4
+        assert error[part]["default"]["tpot"]["mape"] > 0.15
+    assert error["fit"]["calibrated"]["ttft"]["runs"] == 2
+    assert error["held_out"]["calibrated"]["ttft"]["runs"] == 1
+    terms = result.profile.terms
+    assert terms["request_overhead_s"] == pytest.approx(KNOWN["request_overhead_s"], rel=0.3)
+    assert terms["step_overhead_s"] > 0.002  # moved from the default towards the 4 ms
+    assert result.profile.fitted_for == [
+        {
+            "model": "meta-llama/Llama-3.1-8B",
+            "hardware": "H100-SXM",
+            "weights_precision": "bf16",
+            "kv_precision": "bf16",
+        }
+    ]
+    assert result.profile.provenance["tp_scaling_fitted"] is False
+    assert "allreduce_bandwidth_efficiency" not in terms  # one TP degree: not fitted
+    records = result.profile.runs
+    assert [r["held_out"] for r in records] == [False, False, True]
+    assert records[0]["statistics"] == {"ttft": "mean ttft", "tpot": "mean tpot"}
+    assert records[2]["load"]["request_rate"] == 7.0 and records[2]["load"]["num_warmups"] == 1
+    assert records[0]["file"] == files[0][0] and len(records[0]["sha256"]) == 64
+
+    # the profile, saved and given to a run, gives the fitted figures
+    path = result.profile.save(tmp_path / "profile.json")
+    (tmp_path / "again").mkdir()
+    again = prepare(files, DEPLOY, tmp_path / "again")
+    cfg = {**again[2].cfg, "step_time": {**again[2].cfg["step_time"], "profile": str(path)}}
+    run = simulate(cfg)
+    figures = simulated_figures(from_table(run.requests, run.summary), again[2])
+    assert figures == result.fitted_figures[2]
+
+
+def test_one_run_holds_nothing_out_and_its_profile_loads(tmp_path):
+    files = [(str(tmp_path / "b.json"), [])]
+    synthetic_benchmark(tmp_path / "b.json", 5.0, 30, seed=4)
+    result, runs = calibrate_bench(files, DEPLOY, max_evals=4, jobs=1, progress=False)
+    assert [r.held_out for r in runs] == [False]  # one run: none held out
+    assert "held_out" not in result.profile.error
+    assert result.evaluations == 4
+    path = result.profile.save(tmp_path / "p.json")
+    loaded = BenchProfile.load(path)
+    assert loaded.terms == result.profile.terms
+    assert set(loaded.terms) == set(loaded.fitted)
+
+
+def test_parallel_simulations_give_the_serial_fit(tmp_path):
+    files = []
+    for number, rate in enumerate((4.0, 9.0)):
+        ins = [(31 * i) % 500 + 10 for i in range(20)]
+        outs = [(17 * i) % 40 + 2 for i in range(20)]
+        path = write_vllm(tmp_path / f"{number}.json", rate, ins, outs, 0.04, 0.011)
+        files.append((str(path), []))
+    kwargs = dict(holdout_every=0, max_evals=3, progress=False)
+    serial, _ = calibrate_bench(files, DEPLOY, jobs=1, **kwargs)
+    parallel, _ = calibrate_bench(files, DEPLOY, jobs=2, **kwargs)
+    assert parallel.profile.terms == serial.profile.terms
+    assert parallel.default_figures == serial.default_figures
+    assert parallel.fitted_figures == serial.fitted_figures
+    assert parallel.evaluations == serial.evaluations == 3
+
+
+def _ids(runs: list[BenchRun]) -> list[int]:
+    return [i for i, run in enumerate(runs) if run.held_out]
+
+
+def test_one_run_holds_nothing_out(tmp_path):
+    assert _ids(prepare([(str(VLLM_8B), [])], DEPLOY, tmp_path)) == []
+
+
+def test_two_runs_hold_out_the_second(tmp_path):
+    runs = prepare([(str(VLLM_8B), []), (str(VLLM_70B), [])], DEPLOY, tmp_path)
+    assert _ids(runs) == [1]
+    assert _ids(prepare([(str(VLLM_8B), []), (str(VLLM_70B), [])], DEPLOY, tmp_path, 2)) == [1]
+
+
+@pytest.mark.parametrize("every, held", [(3, [2, 5]), (9, [6]), (0, [])])
+def test_sglang_runs_are_held_out_every_nth_in_order(tmp_path, every, held):
+    runs = prepare([(str(SGLANG), [])], ["model=llama31_70b", "hardware=h200"], tmp_path, every)
+    assert len(runs) == 7
+    assert [run.index for run in runs] == list(range(7))
+    assert _ids(runs) == held
+
+
+def test_holding_out_every_run_is_refused_or_leaves_one_to_fit(tmp_path):
+    files = [(str(VLLM_8B), []), (str(VLLM_70B), [])]
+    try:
+        runs = prepare(files, DEPLOY, tmp_path, holdout_every=1)
+    except ConfigError as err:  # refusing it is fine
+        assert "holdout_every" in err.field
+        return
+    assert not all(run.held_out for run in runs), "every run held out: nothing left to fit"
+
+
+def test_a_negative_holdout_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="^calibrate.holdout_every=-1: must be >= 0"):
+        prepare([(str(VLLM_8B), [])], DEPLOY, tmp_path, holdout_every=-1)
+
+
+def test_files_are_composed_with_the_shared_then_their_own_overrides(tmp_path):
+    # the SGLang file's first line alone: one run
+    one_sglang = tmp_path / "sglang.jsonl"
+    one_sglang.write_text(SGLANG.read_text().splitlines()[0] + "\n")
+    runs = prepare(
+        [(str(VLLM_8B), ["fleet.tp=2"]), (str(GUIDELLM_JSON), []), (str(one_sglang), [])],
+        DEPLOY,
+        tmp_path,
+    )
+    assert [run.tp for run in runs[:2]] == [2, 1]
+    vllm, guide, sglang = runs[0], runs[1], runs[2]
+    assert vllm.overrides == ["scheduler=vllm", *DEPLOY, "fleet.tp=2"]
+    assert guide.overrides == DEPLOY  # GuideLLM records no server: the config's scheduler
+    assert sglang.overrides == ["scheduler=sglang", *DEPLOY]
+    assert "sglang" in sglang.cfg["scheduler"]["_target_"].lower()
+    assert vllm.cfg["workload"]["num_warmups"] == 1
+    assert vllm.cfg["workload"]["prompt_tokens"] == 206  # the file's mean lengths
+    assert guide.cfg["workload"]["max_concurrency"] == 1
+    assert vllm.cfg["fleet"]["replicas"] == 1 and vllm.cfg["sim"]["progress"] is False
+    # a scheduler the user chose is kept
+    chosen = prepare([(str(one_sglang), ["scheduler=vllm"])], DEPLOY, tmp_path)
+    assert chosen[0].overrides == [*DEPLOY, "scheduler=vllm"]
+    # per-request lengths go to the folder, one file per run
+    detailed = prepare([(str(VLLM_70B), [])], DEPLOY, tmp_path)
+    assert detailed[0].cfg["workload"]["prompt_tokens"]["path"] == str(tmp_path / "file0_run0.csv")
+    assert (tmp_path / "file0_run0.csv").read_text().count("\n") == 1 + 201  # header, rows
+
+
+def test_prepare_refuses_another_step_time_and_a_profile(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        prepare([(str(VLLM_8B), [])], [*DEPLOY, "step_time=calibrated"], tmp_path)
+    assert err.value.field == "step_time"
+    assert "calibrate --bench fits the roofline's terms: leave step_time at roofline" in str(
+        err.value
+    )
+    with pytest.raises(ConfigError) as err:
+        prepare([(str(VLLM_8B), ["step_time.profile=p.json"])], DEPLOY, tmp_path)
+    assert err.value.field == "step_time.profile" and err.value.value == "p.json"
+    assert "give no profile" in str(err.value)
+
+
+def test_prepare_refuses_a_file_that_is_not_a_benchmark(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"hello": 1}')
+    with pytest.raises(ConfigError) as err:
+        prepare([(str(path), [])], DEPLOY, tmp_path)
+    assert err.value.field == "bench_file" and "not a known benchmark result" in str(err.value)
+    with pytest.raises(ConfigError, match="^model="):
+        prepare([(str(VLLM_8B), [])], ["model=no_such_model"], tmp_path)
+
+
+def test_targets_prefer_the_mean_then_the_median_then_fall_back_to_itl():
+    (vllm,) = read_benchmark(VLLM_8B)
+    found = targets(vllm)
+    assert {m: (s.name, kind) for m, (s, kind, _) in found.items()} == {
+        "ttft": ("ttft", "mean"),
+        "tpot": ("tpot", "mean"),
+    }
+    assert found["ttft"][2] == vllm.latency["ttft"].mean_s
+    sglang = read_benchmark(SGLANG)[0]  # medians only, and ITL, no TPOT
+    found = targets(sglang)
+    assert {m: (s.name, kind) for m, (s, kind, _) in found.items()} == {
+        "ttft": ("ttft", "median"),
+        "tpot": ("itl", "median"),
+    }
+    assert found["tpot"][2] == sglang.latency["itl"].percentiles_s[50.0]
+    assert found["tpot"][0].definition is Definition.POOLED_GAPS
+    (aiperf,) = read_benchmark(AIPERF)  # AIPerf's ITL is vLLM's TPOT
+    assert targets(aiperf)["tpot"][0].name == "inter_token_latency"
+    assert targets(aiperf)["tpot"][1] == "mean"
+
+
+def _measured(**latency: Statistic) -> MeasuredRun:
+    return MeasuredRun(source="f", tool="aiperf", label="run", latency=latency)
+
+
+def test_targets_skip_a_statistic_with_neither_mean_nor_median():
+    tail_only = Statistic("ttft", Definition.TTFT, percentiles_s={99.0: 0.5})
+    gaps = Statistic("inter_chunk_latency", Definition.POOLED_GAPS, mean_s=0.02)
+    found = targets(_measured(ttft=tail_only, chunk_gap=gaps))
+    assert list(found) == ["tpot"]
+    assert found["tpot"] == (gaps, "mean", 0.02)
+    tpot = Statistic("tpot", Definition.GAP_AFTER_FIRST, percentiles_s={50.0: 0.011})
+    itl = Statistic("itl", Definition.POOLED_GAPS, mean_s=0.012)
+    # TPOT's median before ITL's mean: the role comes first
+    assert targets(_measured(tpot=tpot, itl=itl))["tpot"] == (tpot, "median", 0.011)
+    assert targets(_measured()) == {}
+
+
+def test_terms_at_the_start_are_the_defaults_and_every_searched_point_loads(tmp_path):
+    base = compose_config(["step_time=roofline"])["step_time"]
+    base = {k: float(v) for k, v in base.items() if isinstance(v, (int, float))}
+    for fit_tp in (False, True):
+        params = parameters(base, fit_tp)
+        names = [p.name for p in params]
+        assert names[:5] == [
+            "compute_scale",
+            "bandwidth_scale",
+            "step_overhead_s",
+            "token_overhead_s",
+            "request_overhead_s",
+        ]
+        assert ("allreduce_scale" in names) is fit_tp
+        # the search starts at x = 0: every term at its default
+        terms = terms_at(np.zeros(len(params)), params, base)
+        assert set(terms) == set(TERMS_FITTED) | (
+            {"allreduce_bandwidth_efficiency"} if fit_tp else set()
+        )
+        for key, value in terms.items():
+            assert value == pytest.approx(base[key], rel=1e-12), key
+        # the upper bounds: every efficiency reaches 1 (no more), the overheads their caps
+        high = terms_at([p.high for p in params], params, base)
+        for key in (k for k in TERMS_FITTED if k.endswith("efficiency")):
+            assert high[key] == pytest.approx(1.0, rel=1e-12) and high[key] <= 1.0, key
+        assert high["step_overhead_s"] == pytest.approx(0.1)
+        assert high["token_overhead_s"] == pytest.approx(200e-6)
+        assert high["request_overhead_s"] == pytest.approx(2.0)
+        # any point the search may visit is a profile that loads (its terms in range)
+        rng = np.random.default_rng(0)
+        corners = [[p.low for p in params], [p.high for p in params]]
+        draws = [[rng.uniform(p.low, p.high) for p in params] for _ in range(20)]
+        for x in corners + draws:
+            terms = terms_at(x, params, base)
+            path = BenchProfile(
+                terms,
+                [
+                    {
+                        "model": "m",
+                        "hardware": "g",
+                        "weights_precision": "bf16",
+                        "kv_precision": "bf16",
+                    }
+                ],
+            ).save(tmp_path / "p.json")
+            assert BenchProfile.load(path).terms == terms
