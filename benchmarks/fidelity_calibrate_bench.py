@@ -76,9 +76,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fleetcast_fidelity_") as scratch:
         folder = Path(scratch)
+        # each data set's length files in a folder of its own (prepare names them by position)
         every = {
-            name: prepare([(path, own)], [], folder, holdout_every=0)
-            for name, (path, own) in DATA_SETS.items()
+            name: prepare([(path, own)], [], folder / f"set{i}", holdout_every=0)
+            for i, (name, (path, own)) in enumerate(DATA_SETS.items())
         }
         print("MAPE per data set (simulated vs measured, in each file's definitions)")
         for name, runs in every.items():
@@ -106,7 +107,7 @@ def main() -> None:
                 )
             if len(runs) >= 3:
                 path, own = DATA_SETS[name]
-                split = prepare([(path, own)], [], folder, holdout_every=3)
+                split = prepare([(path, own)], [], folder / "own", holdout_every=3)
                 result = fit(split, max_evals=args.max_evals, jobs=args.jobs)
                 held = [i for i, r in enumerate(split) if r.held_out]
                 print(

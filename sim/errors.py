@@ -19,6 +19,10 @@ class ConfigError(ValueError):
         self.reason = reason
         super().__init__(f"{field}={value!r}: {reason}")
 
+    def __reduce__(self) -> tuple:
+        # rebuilt from its three parts when it crosses a process boundary (a worker's error)
+        return (ConfigError, (self.field, self.value, self.reason))
+
 
 def require(condition: bool, field: str, value: object, reason: str) -> None:
     """Raise ``ConfigError(field, value, reason)`` unless ``condition`` holds."""

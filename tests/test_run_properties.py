@@ -129,6 +129,9 @@ def run_configs(draw: st.DrawFn) -> list[str]:
     out.append(f"step_time={step_time}")
     if step_time == "constant":
         out.append(f"step_time.seconds={draw(st.sampled_from([0.001, 0.01, 0.05]))}")
+    if step_time == "roofline":  # the server's per-request and per-token host costs
+        out.append(f"step_time.request_overhead_s={draw(st.sampled_from([0.0, 0.02]))}")
+        out.append(f"step_time.token_overhead_s={draw(st.sampled_from([0.0, 1e-5]))}")
     workload = draw(
         st.sampled_from(["poisson", "gamma", "constant", "daily", "closed_loop", "bench", "trace"])
     )
@@ -149,8 +152,13 @@ def run_configs(draw: st.DrawFn) -> list[str]:
                 f"workload.qps={draw(st.sampled_from([0.3, 1.0]))}",
             ]
         elif workload == "bench":
-            rate = draw(st.sampled_from(["null", "2.0", "50.0", "ramp"]))
+            rate = draw(st.sampled_from(["null", "2.0", "50.0", "ramp", "per_client"]))
             cap = draw(st.sampled_from(["null", "1", "3"]))
+            if rate == "per_client":  # virtual users: each client its own share, no rate
+                rate, cap = "null", draw(st.sampled_from(["1", "3"]))
+                per_client = draw(st.integers(1, 4))
+                n = int(cap) * per_client
+                out.append(f"workload.requests_per_client={per_client}")
             if rate == "ramp":
                 rate = "null"
                 out += [

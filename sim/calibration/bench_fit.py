@@ -23,7 +23,8 @@ The model's form was chosen before scoring it on any run:
   (bandwidth, which datasheets pin better), log step overhead 1.5 around the default, token
   overhead 25 us and request overhead 30 ms above the default. With one or two runs the prior
   does most of the work, which is the point: two figures cannot pin six terms.
-- search: Nelder-Mead within bounds on (log scales, log overhead, token overhead in us), from
+- search: Nelder-Mead within bounds on the log scales, the log step overhead and the square
+  roots of the added token (us) and request (ms) overheads (no edge at 0 to stall on), from
   the defaults, up to ``max_evals`` simulations of every fitted run. Every evaluation uses the
   same seed (common random numbers), so the objective moves only with the terms.
 - held out: every ``holdout_every``-th run in the order given (default every third; with two
@@ -178,12 +179,9 @@ class BenchRun:
     overrides: list[str]
     cfg: dict[str, Any]
     load: HarnessLoad
+    tp: int
     held_out: bool = False
     targets: dict[str, tuple[Statistic, str, float]] = field(default_factory=dict)
-
-    @property
-    def tp(self) -> int:
-        return int(self.cfg["fleet"]["tp"])
 
 
 def targets(run: MeasuredRun) -> dict[str, tuple[Statistic, str, float]]:
@@ -230,8 +228,12 @@ def _simulate(cfg: dict[str, Any], terms: dict[str, float]) -> tuple[Any, dict]:
 
 def _figures_of(job: tuple[BenchRun, dict[str, float]]) -> dict[str, float | None]:
     run, terms = job
-    table, summary = _simulate(run.cfg, terms)
-    return simulated_figures(from_table(table, summary, run.measured.label), run)
+    try:
+        table, summary = _simulate(run.cfg, terms)
+        return simulated_figures(from_table(table, summary, run.measured.label), run)
+    except ConfigError as err:  # say which benchmark run it was about
+        where = f"--bench {run.source}, {run.measured.label}"
+        raise ConfigError(err.field, err.value, f"{err.reason} ({where})") from None
 
 
 def prepare(
@@ -242,7 +244,6 @@ def prepare(
 ) -> list[BenchRun]:
     """Every run of every file, composed with the shared ``overrides`` then the file's own,
     its harness's load and scheduler (unless the overrides choose one), and its split."""
-    from sim.config.compose import check_overrides, compose_config
 
     require(holdout_every >= 0, "calibrate.holdout_every", holdout_every, "must be >= 0")
     require(
@@ -255,57 +256,95 @@ def prepare(
     runs: list[BenchRun] = []
     for number, (name, own) in enumerate(files):
         given = [*overrides, *own]
-        check_overrides(given)
-        path = shipped_path(name) if is_shipped(name) else Path(name).expanduser()
-        measured_runs = read_benchmark(name)
-        digest = sha256(path)
-        for index, measured in enumerate(measured_runs):
-            load = harness_load(measured)
-            chosen = [o for o in given if o.split("=", 1)[0].lstrip("+~") == "scheduler"]
-            scheduler = [] if chosen or load.scheduler is None else [f"scheduler={load.scheduler}"]
-            cfg = compose_config(
-                [
-                    "step_time=roofline",
-                    "fleet.replicas=1",
-                    "sim.progress=false",
-                    *scheduler,
-                    *given,
-                ]
-            )
-            if not str(cfg["step_time"].get("_target_", "")).endswith("RooflineStepTime"):
-                raise ConfigError(
-                    "step_time",
-                    cfg["step_time"].get("_target_"),
-                    "calibrate --bench fits the roofline's terms: leave step_time at roofline",
-                )
-            require(
-                cfg["step_time"].get("profile") is None,
-                "step_time.profile",
-                cfg["step_time"].get("profile"),
-                "calibrate --bench fits from the defaults: give no profile",
-            )
-            cfg["workload"] = load.workload(folder, f"file{number}_run{index}")
-            found = targets(measured)
-            if not found:
-                raise ConfigError(
-                    "bench_file", name, f"{measured.label}: holds neither TTFT nor TPOT/ITL"
-                )
-            runs.append(
-                BenchRun(
-                    measured=measured,
-                    source=name,
-                    sha256=digest,
-                    index=index,
-                    overrides=[*scheduler, *given],
-                    cfg=cfg,
-                    load=load,
-                    targets=found,
-                )
-            )
+        try:
+            runs += _prepare_file(name, given, folder / f"file{number}")
+        except ConfigError as err:  # say which file it was about
+            raise ConfigError(err.field, err.value, f"{err.reason} (--bench {name})") from None
     if holdout_every and len(runs) >= 2:
         every = min(holdout_every, len(runs))
         for position, run in enumerate(runs, start=1):
             run.held_out = position % every == 0
+    return runs
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _prepare_file(name: str, given: list[str], folder: Path) -> list[BenchRun]:
+    """The runs of one benchmark file under the overrides ``given`` (module docstring)."""
+    from sim.config.compose import check_overrides, compose_config
+    from sim.config.schema import validate_run
+
+    measured_runs = read_benchmark(name)  # a file that is not one: said first
+    check_overrides(given)
+    keys = [_key(o) for o in given]
+    for needed in ("model", "hardware"):
+        require(
+            needed in keys,
+            needed,
+            None,
+            "say what ran the benchmark (the files do not name the catalog's model and GPU): "
+            f"give {needed}= (and fleet.tp=, precision.* where they are not the defaults)",
+        )
+    for key, override in zip(keys, given, strict=True):
+        require(
+            not key.startswith("workload"),
+            key,
+            override.split("=", 1)[-1],
+            "the benchmark file says what the client sent; calibrate --bench replays it",
+        )
+        require(
+            not (key.startswith("step_time.") and key.removeprefix("step_time.") in TERMS),
+            key,
+            override.split("=", 1)[-1],
+            "calibrate --bench fits this term from the roofline's default; leave it out",
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = shipped_path(name) if is_shipped(name) else Path(name).expanduser()
+    digest = sha256(path)
+    runs = []
+    for index, measured in enumerate(measured_runs):
+        load = harness_load(measured)
+        chosen = "scheduler" in keys
+        scheduler = [] if chosen or load.scheduler is None else [f"scheduler={load.scheduler}"]
+        cfg = compose_config(
+            ["step_time=roofline", "fleet.replicas=1", "sim.progress=false", *scheduler, *given]
+        )
+        if not str(cfg["step_time"].get("_target_", "")).endswith("RooflineStepTime"):
+            raise ConfigError(
+                "step_time",
+                cfg["step_time"].get("_target_"),
+                "calibrate --bench fits the roofline's terms: leave step_time at roofline",
+            )
+        require(
+            cfg["step_time"].get("profile") is None,
+            "step_time.profile",
+            cfg["step_time"].get("profile"),
+            "calibrate --bench fits from the defaults: give no profile",
+        )
+        cfg["workload"] = load.workload(folder, f"run{index}")
+        if load.window_s is not None:
+            cfg["sim"]["horizon_s"] = load.window_s
+        spec = validate_run(cfg)  # every value checked before any simulation
+        found = targets(measured)
+        if not found:
+            raise ConfigError(
+                "bench_file", name, f"{measured.label}: holds neither TTFT nor TPOT/ITL"
+            )
+        runs.append(
+            BenchRun(
+                measured=measured,
+                source=name,
+                sha256=digest,
+                index=index,
+                overrides=[*scheduler, *given],
+                cfg=cfg,
+                load=load,
+                tp=spec.fleet.tp,
+                targets=found,
+            )
+        )
     return runs
 
 
@@ -447,8 +486,8 @@ def fit(
         }
     profile = BenchProfile(
         terms=best,
-        fitted_for=_deployments(runs),
-        fitted=sorted(best) if fit_tp else sorted(k for k in best if "allreduce" not in k),
+        fitted_for=_deployments(fitted_runs),
+        fitted=sorted(best),
         runs=[
             _run_record(run, default_figures[i], fitted_figures[i]) for i, run in enumerate(runs)
         ],

@@ -19,6 +19,7 @@ never.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -163,6 +164,15 @@ def _check_out(out: Path, force: bool) -> None:
     require(
         force or not out.exists(), "calibrate.out", str(out), "exists; use --force to replace it"
     )
+    # the folder, or the nearest one above it that exists (save makes the rest)
+    folder = out.expanduser().resolve().parent
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    require(
+        existing.is_dir() and os.access(existing, os.W_OK),
+        "calibrate.out",
+        str(out),
+        f"cannot write in {existing}",
+    )
 
 
 def _calibrate(
@@ -217,8 +227,6 @@ def _is_override(word: str) -> bool:
 
 def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
     """``--bench``: fit, write the profile, print the terms and the error before and after."""
-    import os
-
     from sim.calibration.bench_fit import (
         DEFAULT_HOLDOUT_EVERY,
         DEFAULT_MAX_EVALS,
@@ -262,7 +270,11 @@ def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
         return 2
     profile = result.profile
     profile.provenance["command"] = "fleetcast calibrate " + " ".join(sys.argv[2:])
-    profile.save(out)
+    try:
+        profile.save(out)
+    except OSError as err:
+        print(f"error: calibrate.out={str(out)!r}: cannot write: {err.strerror}", file=sys.stderr)
+        return 2
     held = sum(r.held_out for r in runs)
     print(
         f"profile: {out}   (use it with step_time.profile={out})\n"

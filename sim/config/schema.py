@@ -359,6 +359,33 @@ class BenchWorkload(SyntheticWorkload):
     ramp_up_strategy: Literal["linear", "exponential"] | None = None
     ramp_up_start_rps: Positive | None = None  # vLLM refuses a rate of 0 at any request
     ramp_up_end_rps: Positive | None = None
+    # true: request i goes at d_0 + ... + d_i, rescaled so the last is at num_requests /
+    # request_rate (vllm bench serve since mid-2025); false: the first at 0, then the raw gaps
+    # (vLLM's benchmark_serving.py before that, SGLang's bench_serving, GuideLLM's poisson)
+    normalise_sends: bool = True
+    # each of max_concurrency clients sends this many requests, one after another (a load
+    # generator of virtual users); null: a free slot takes whichever request is due next
+    requests_per_client: Count | None = None
+
+    @model_validator(mode="after")
+    def _per_client(self) -> BenchWorkload:
+        k = self.requests_per_client
+        if k is None:
+            return self
+        if self.max_concurrency is None:
+            raise ValueError(f"requests_per_client={k} needs max_concurrency (the clients)")
+        if self.request_rate is not None or self.ramp_up_strategy is not None:
+            raise ValueError(
+                f"requests_per_client={k} with a request rate: each client sends its next "
+                "request when its last one ends, so leave request_rate and the ramp null"
+            )
+        if self.num_requests != self.max_concurrency * k:
+            raise ValueError(
+                f"num_requests={self.num_requests} with requests_per_client={k} and "
+                f"max_concurrency={self.max_concurrency}: must be "
+                f"{self.max_concurrency * k} (clients x requests each)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _ramp_up(self) -> BenchWorkload:

@@ -101,6 +101,15 @@ class Cluster:
             self._in_flight = 0
             self._warmups_left = workload.warmup_requests
             self._warmups_done = self.env.event()
+            # clients that send their own count of requests: the idle ones with requests left,
+            # and which client sent each request in flight
+            self._idle_clients: deque[int] | None = None
+            self._client_left: list[int] = []
+            self._client_of: dict[int, int] = {}
+            if workload.requests_per_client is not None:
+                assert self._cap is not None  # the Workload's rule
+                self._idle_clients = deque(range(self._cap))
+                self._client_left = [workload.requests_per_client] * self._cap
             self._client_paced = self._cap is not None or bool(self._warmups_left)
             if not self._client_paced:
                 self.env.process(self._open_loop(_in_chunks(workload.arrival_time_s)))
@@ -160,13 +169,25 @@ class Cluster:
             self._send_due(ARRIVAL_PRIORITY)
 
     def _send_due(self, caller_priority: int) -> None:
+        idle = self._idle_clients
         while self._due and (self._cap is None or self._in_flight < self._cap):
+            measured = self.num_issued >= self.workload.warmup_requests
+            if idle is not None and measured:
+                if not idle:
+                    return  # every client with requests left has one in flight
+                client = idle.popleft()
+                self._client_left[client] -= 1
+                self._client_of[self.num_issued] = client
             self._due.popleft()
             self._in_flight += 1
             self._issue(self.env.now, caller_priority)
 
     def _client_request_done(self, request: Request, caller_priority: int) -> None:
         self._in_flight -= 1
+        client = self._client_of.pop(request.request_id, None)
+        if client is not None and self._client_left[client]:
+            assert self._idle_clients is not None
+            self._idle_clients.append(client)
         if self._warmups_left and request.request_id < self.workload.warmup_requests:
             self._warmups_left -= 1
             if not self._warmups_left:

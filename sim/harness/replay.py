@@ -9,17 +9,26 @@ when the file keeps them). Each tool's client, from its source and defaults:
   one test prompt is sent and waited for before the benchmark (``wait_for_endpoint``'s
   "initial single prompt test run"), then ``--num-warmups`` (default 0); sends at
   ``request_rate`` with Gamma(``burstiness``) gaps (``inf``: all at once) under
-  ``max_concurrency``.
+  ``max_concurrency``. Since about v0.10 (mid-2025) the sends are rescaled to end at
+  ``num_prompts / rate``; a file dated before July 2025 gets the older client (the first
+  request at once, then the gaps as drawn). A ramp-up run is refused (``fleetcast bench``
+  simulates one).
 - SGLang ``bench_serving`` (python/sglang/bench_serving.py): ``--warmup-requests`` (default 1,
   "initial single prompt test run" in the 2024 versions) before the benchmark, then Poisson
-  sends at ``request_rate`` under ``max_concurrency``. Its ``random`` dataset draws each length
+  sends at ``request_rate`` under ``max_concurrency``, the first at once (``get_request``
+  yields, then sleeps a gap; no rescaling). Its ``random`` dataset draws each length
   uniformly from ``[max(1, int(len x random_range_ratio)), len]``.
 - GuideLLM (v0.2 ``benchmark``): ``synchronous`` is one request at a time, ``concurrent`` keeps
   ``streams`` in flight, ``throughput`` sends everything at once, ``constant`` sends evenly
-  spaced (Gamma shape 1,000: gaps within ~3% of even), ``poisson`` with exponential gaps. It
-  runs for a duration; the simulated run sends as many requests as the report counts completed.
+  spaced (Gamma shape 1,000: gaps within ~3% of even), ``poisson`` with exponential gaps. A
+  benchmark bounded by ``max_duration`` (and no ``max_number``) is measured over that window:
+  the simulated client keeps sending, the run stops at the window's end (``window_s``, the
+  run's ``sim.horizon_s``) and only the requests completed by then count, as in GuideLLM,
+  where the ones still in flight are "incomplete". (With per-request lengths kept, their count
+  is replayed instead.)
 - AIPerf (``profile``): ``--concurrency`` requests in flight (a new one sent as one ends),
-  ``--request-count`` in all, no warm-up by default (``--warmup-request-count`` 0).
+  ``--request-count`` in all, no warm-up by default (``--warmup-request-count`` 0); at a
+  ``--request-rate``, evenly spaced in its ``constant`` mode, Poisson otherwise.
 
 Lengths: the file's per-request lengths in its order when it keeps them all (vLLM's
 ``--save-detailed`` arrays, GuideLLM's and AIPerf's request records); else SGLang's random
@@ -31,7 +40,8 @@ The engine: ``scheduler=vllm`` for vLLM's files and ``scheduler=sglang`` for SGL
 GuideLLM and AIPerf do not record the server, so none is implied (the run's own config says).
 
 Left out: the warm-up/cool-down share GuideLLM can cut from a window, requests a harness
-cancels on purpose (AIPerf's ``request_cancellation_rate``), and per-client request counts.
+cancels on purpose (AIPerf's ``request_cancellation_rate``), and per-client request counts
+(``workload.requests_per_client``; none of these files records them).
 """
 
 from __future__ import annotations
@@ -47,6 +57,10 @@ import pyarrow.csv as pacsv
 from sim.errors import ConfigError
 from sim.harness.results import MeasuredRun
 
+# vllm bench serve rescales its sends to end at num_prompts / rate since about v0.10 (mid-2025):
+# a file dated before then is taken to come from a client that did not (an approximation: the
+# files do not record the client's version)
+VLLM_NORMALISED_SINCE = "20250701"
 # GuideLLM's constant rate: evenly spaced sends; a Gamma shape this large keeps every gap
 # within a few percent of 1/rate while staying the bench client's one spacing rule
 EVEN_BURSTINESS = 1000.0
@@ -63,6 +77,7 @@ class HarnessLoad:
     num_requests: int
     request_rate: float | None  # None: every request at once (the harness's inf)
     burstiness: float
+    normalise_sends: bool  # the bench workload's key: vLLM's rescaled sends, or raw gaps
     max_concurrency: int | None
     num_warmups: int
     lengths: str  # how the lengths were got (for reports)
@@ -70,6 +85,9 @@ class HarnessLoad:
     output_tokens: Any
     per_request: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # replayed in order
     scheduler: str | None = None  # the engine that served it, as a Fleetcast scheduler
+    # a run measured over a fixed duration (GuideLLM's max_duration): the client keeps sending
+    # until then, and only what completed by then counts (the run's sim.horizon_s)
+    window_s: float | None = None
 
     def workload(self, folder: Path, name: str = "lengths") -> dict[str, Any]:
         """The ``workload`` config node of this load; per-request lengths go to
@@ -95,6 +113,7 @@ class HarnessLoad:
             "num_requests": self.num_requests,
             "request_rate": self.request_rate,
             "burstiness": self.burstiness,
+            "normalise_sends": self.normalise_sends,
             "max_concurrency": self.max_concurrency,
             "num_warmups": self.num_warmups,
             "ramp_up_strategy": None,
@@ -158,13 +177,31 @@ def harness_load(run: MeasuredRun) -> HarnessLoad:
             f"{run.label}: records neither a request rate nor a concurrency",
         )
     rate = None if recorded is None or recorded == float("inf") else recorded
-    burstiness = float(run.settings.get("burstiness") or 1.0)  # type: ignore[arg-type]
-    if run.settings.get("strategy") == "constant":
+    settings = run.settings
+    if settings.get("ramp_up_strategy"):
+        raise ConfigError(
+            "bench_file",
+            run.source,
+            f"{run.label}: a ramp-up run ({settings['ramp_up_strategy']}) is not replayed; "
+            "simulate it with fleetcast bench --ramp-up-strategy ...",
+        )
+    burstiness = float(settings.get("burstiness") or 1.0)  # type: ignore[arg-type]
+    if settings.get("strategy") == "constant" or settings.get("request_rate_mode") == "constant":
         burstiness = EVEN_BURSTINESS
+    normalise = run.tool == "vllm bench serve" and str(settings.get("date", "99999999")) >= (
+        VLLM_NORMALISED_SINCE
+    )
+    window = run.settings.get("max_duration_s") if run.settings.get("max_number") is None else None
+    if window is not None and per_request is None:
+        # sends go on until the window closes: more requests than completed, so the client
+        # never runs dry before it (the window cuts the rest, as GuideLLM's end does)
+        count = 2 * (run.completed + int(run.settings.get("incomplete") or 0))  # type: ignore[call-overload]
+        count += run.max_concurrency or 0
     return HarnessLoad(
         num_requests=count,
         request_rate=rate,
         burstiness=burstiness,
+        normalise_sends=normalise,
         max_concurrency=run.max_concurrency,
         num_warmups=WARMUPS.get(run.tool, 0),
         lengths=lengths,
@@ -172,4 +209,5 @@ def harness_load(run: MeasuredRun) -> HarnessLoad:
         output_tokens=output,
         per_request=per_request,
         scheduler=ENGINE.get(run.tool),
+        window_s=None if window is None else float(window),  # type: ignore[arg-type]
     )

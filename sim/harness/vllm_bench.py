@@ -123,7 +123,14 @@ def read_vllm(path: Path, doc: object) -> list[MeasuredRun]:
     )
     settings = {
         name: keys.obj[name]
-        for name in ("date", "backend", "burstiness", "gpu_name", "gpu_count")
+        for name in (
+            "date",
+            "backend",
+            "burstiness",
+            "gpu_name",
+            "gpu_count",
+            "ramp_up_strategy",
+        )
         if keys.has(name)
     }
     for goodput in ("request_goodput:", "request_goodput"):  # the colon is in 0.8.x's key

@@ -53,6 +53,9 @@ class Workload:
     # the first ``warmup_requests`` go out at once before the others, whose arrival times then
     # count from the moment the last warm-up ended (a benchmark's warm-up phase)
     warmup_requests: int = 0
+    # with a client cap: each of the ``concurrency`` clients sends this many of the measured
+    # requests, one after another (None: any free slot takes the next request due)
+    requests_per_client: int | None = None
     trace_file: str | None = None  # a replayed trace: the file, as the config names it
     trace_rows: np.ndarray | None = None  # ... and each request's row in it (from 0)
 
@@ -77,6 +80,13 @@ class Workload:
         assert self.warmup_requests == 0 or self.arrival_time_s is not None, (
             "warm-ups need arrival times (a bench workload)"
         )
+        if self.requests_per_client is not None:
+            assert self.concurrency is not None and self.arrival_time_s is not None, (
+                "requests per client need a bench client's cap"
+            )
+            assert self.concurrency * self.requests_per_client == n - self.warmup_requests, (
+                "every measured request belongs to one client"
+            )
         for arr in (self.prompt_tokens, self.output_tokens, self.arrival_time_s):
             if arr is not None:
                 arr.setflags(write=False)  # shared by reference; nobody may edit it in place
@@ -130,8 +140,13 @@ def _bench(spec: BenchWorkload, seed: int) -> Workload:
     1 / (rate_i x burstiness)); without a ramp the sends are rescaled so the last is at
     ``num_requests / request_rate`` exactly (vLLM's normalisation, which steadies throughput
     across seeds); with one, ``rate_i`` runs from start to end linearly or exponentially in
-    ``i / (num_requests - 1)``. No rate and no ramp: every request at once. Each request waits
-    for a slot while ``max_concurrency`` are in flight (the cluster paces that)."""
+    ``i / (num_requests - 1)``. With ``normalise_sends`` false (older vLLM, SGLang's
+    bench_serving, GuideLLM's Poisson): the first request at once, then each after its gap, as
+    drawn (``sglang/bench_serving.py`` ``get_request``: yield, then sleep a gap). No rate and
+    no ramp: every request at once. Each request waits
+    for a slot while ``max_concurrency`` are in flight (the cluster paces that); with
+    ``requests_per_client``, each of the ``max_concurrency`` clients sends its own that many,
+    one after another."""
     n = spec.num_warmups + spec.num_requests
     prompt, output = _sample_lengths(spec, seed, n)
     times = np.zeros(n)
@@ -151,9 +166,12 @@ def _bench(spec: BenchWorkload, seed: int) -> Workload:
         gaps = stream(seed, "workload.arrivals").gamma(
             spec.burstiness, 1.0 / (rates * spec.burstiness)
         )
-        sends = np.cumsum(gaps)
-        if spec.ramp_up_strategy is None and spec.request_rate is not None and sends[-1] > 0:
-            sends *= (count / spec.request_rate) / sends[-1]
+        if spec.normalise_sends:
+            sends = np.cumsum(gaps)
+            if spec.ramp_up_strategy is None and spec.request_rate is not None and sends[-1] > 0:
+                sends *= (count / spec.request_rate) / sends[-1]
+        else:  # the first request at once, each next one a gap later, as drawn
+            sends = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
         times[spec.num_warmups :] = sends
     return Workload(
         prompt,
@@ -161,6 +179,7 @@ def _bench(spec: BenchWorkload, seed: int) -> Workload:
         times,
         concurrency=spec.max_concurrency,
         warmup_requests=spec.num_warmups,
+        requests_per_client=spec.requests_per_client,
     )
 
 

@@ -13,8 +13,10 @@ import pytest
 from sim.calibration.bench_fit import (
     BenchRun,
     calibrate_bench,
+    fit,
     parameters,
     prepare,
+    simulate_runs,
     simulated_figures,
     targets,
     terms_at,
@@ -199,14 +201,10 @@ def test_sglang_runs_are_held_out_every_nth_in_order(tmp_path, every, held):
     assert _ids(runs) == held
 
 
-def test_holding_out_every_run_is_refused_or_leaves_one_to_fit(tmp_path):
+def test_holding_out_every_run_is_refused(tmp_path):
     files = [(str(VLLM_8B), []), (str(VLLM_70B), [])]
-    try:
-        runs = prepare(files, DEPLOY, tmp_path, holdout_every=1)
-    except ConfigError as err:  # refusing it is fine
-        assert "holdout_every" in err.field
-        return
-    assert not all(run.held_out for run in runs), "every run held out: nothing left to fit"
+    with pytest.raises(ConfigError, match="^calibrate.holdout_every=1: holds out every run"):
+        prepare(files, DEPLOY, tmp_path, holdout_every=1)
 
 
 def test_a_negative_holdout_is_refused(tmp_path):
@@ -238,8 +236,10 @@ def test_files_are_composed_with_the_shared_then_their_own_overrides(tmp_path):
     assert chosen[0].overrides == [*DEPLOY, "scheduler=vllm"]
     # per-request lengths go to the folder, one file per run
     detailed = prepare([(str(VLLM_70B), [])], DEPLOY, tmp_path)
-    assert detailed[0].cfg["workload"]["prompt_tokens"]["path"] == str(tmp_path / "file0_run0.csv")
-    assert (tmp_path / "file0_run0.csv").read_text().count("\n") == 1 + 201  # header, rows
+    assert detailed[0].cfg["workload"]["prompt_tokens"]["path"] == str(
+        tmp_path / "file0" / "run0.csv"
+    )
+    assert (tmp_path / "file0" / "run0.csv").read_text().count("\n") == 1 + 201  # header, rows
 
 
 def test_prepare_refuses_another_step_time_and_a_profile(tmp_path):
@@ -349,3 +349,44 @@ def test_terms_at_the_start_are_the_defaults_and_every_searched_point_loads(tmp_
                 ],
             ).save(tmp_path / "p.json")
             assert BenchProfile.load(path).terms == terms
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("workload.num_requests=5", "workload.num_requests"),
+        ("step_time.step_overhead_s=0.003", "step_time.step_overhead_s"),
+    ],
+)
+def test_prepare_refuses_what_the_file_or_the_fit_decides(tmp_path, override, field):
+    with pytest.raises(ConfigError, match=f"^{field}="):
+        prepare([(str(VLLM_8B), [override])], DEPLOY, tmp_path)
+
+
+def test_an_error_in_a_worker_process_is_the_one_line_error_naming_the_run(tmp_path):
+    # 4 KV blocks hold no request of this file: the simulation refuses it in the worker
+    runs = prepare([(str(VLLM_8B), ["kv.num_blocks=4"])], DEPLOY, tmp_path, holdout_every=0)
+    runs = runs + prepare([(str(VLLM_8B), ["kv.num_blocks=4"])], DEPLOY, tmp_path / "b", 0)
+    with pytest.raises(ConfigError) as err:
+        simulate_runs(runs, {}, jobs=2)
+    assert "--bench" in err.value.reason and str(VLLM_8B) in err.value.reason
+
+
+def test_the_profile_is_for_the_deployments_of_the_fitted_runs_only(tmp_path):
+    # two runs: the second (70B on A100s) is held out, so the profile is for the 8B only
+    synthetic_benchmark(tmp_path / "a.json", rate=4.0, n=30, seed=0)
+    files = [
+        (str(tmp_path / "a.json"), DEPLOY),
+        (str(VLLM_70B), ["model=llama31_70b", "hardware=a100_40g", "fleet.tp=8"]),
+    ]
+    runs = prepare(files, [], tmp_path / "lengths")
+    assert [r.held_out for r in runs] == [False, True]
+    profile = fit(runs, max_evals=1).profile
+    assert profile.fitted_for == [
+        {
+            "model": "meta-llama/Llama-3.1-8B",
+            "hardware": "H100-SXM",
+            "weights_precision": "bf16",
+            "kv_precision": "bf16",
+        }
+    ]

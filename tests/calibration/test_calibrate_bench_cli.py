@@ -165,13 +165,13 @@ def test_files_in_one_bench_group_share_its_overrides(tmp_path, monkeypatch, cap
     _bench_file(tmp_path / "a.json")
     _bench_file(tmp_path / "b.json", rate=6.0)
     _bench_file(tmp_path / "c.json", rate=9.0)
-    argv = ["--bench", "a.json", "b.json", "fleet.tp=2", *DEPLOY, "--bench", "c.json"]
+    argv = ["--bench", "a.json", "b.json", "fleet.tp=2", *DEPLOY, "--bench", "c.json", *DEPLOY]
     code = calibrate_main([*argv, "--out", "p.json", "--max-evals", "1", "--jobs", "1"])
     assert code == 0, capsys.readouterr().err
     runs = BenchProfile.load(tmp_path / "p.json").runs
     assert [r["file"] for r in runs] == ["a.json", "b.json", "c.json"]
     assert runs[0]["overrides"] == runs[1]["overrides"] == ["scheduler=vllm", "fleet.tp=2", *DEPLOY]
-    assert runs[2]["overrides"] == ["scheduler=vllm"]
+    assert runs[2]["overrides"] == ["scheduler=vllm", *DEPLOY]
     assert [r["held_out"] for r in runs] == [False, False, True]
 
 
@@ -180,3 +180,13 @@ def test_a_bench_group_without_a_file_is_a_one_line_error(tmp_path, monkeypatch,
     argv = ["--bench", "fleet.tp=2", "--out", "p.json", "--max-evals", "1", "--jobs", "1"]
     assert calibrate_main(argv) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_bench_group_without_model_or_hardware_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _bench_file(tmp_path / "a.json")
+    argv = ["--bench", "a.json", "hardware=h100_sxm", "--out", "p.json", "--jobs", "1"]
+    assert calibrate_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model=None: say what ran the benchmark") and "a.json" in err
+    assert not (tmp_path / "p.json").exists()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sim.config.compose import compose_config
+from sim.errors import ConfigError
 from sim.harness.bench import overrides_from, parser, report
 from sim.harness.simulated import read_run
 from sim.rng import stream
@@ -191,3 +192,50 @@ def test_an_output_dir_that_is_a_file_is_one_line(tmp_path):
     )
     assert done.returncode == 2 and done.stderr.startswith("error: output_dir='taken'")
     assert done.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("per_client, arrivals", [(None, [0, 0, 0.1, 0.2]), (2, [0, 0, 0.1, 0.6])])
+def test_clients_with_their_own_request_counts_wait_for_their_own_requests(
+    tmp_path, per_client, arrivals
+):
+    # outputs 1, 6, 1, 1 in sending order; two slots. Request 0 (1 token) ends at 0.1, request
+    # 2 takes its slot and ends at 0.2; request 1 (6 tokens) ends at 0.6. A shared pool sends
+    # request 3 when request 2 ends; with 2 requests per client, client 0 has sent both of
+    # its own, so request 3 is client 1's second and waits for request 1.
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens\n8,1\n8,6\n8,1\n8,1\n")
+    replay = f"{{dist: empirical, path: '{lengths}', in_order: true, column: output_tokens}}"
+    overrides = [
+        *TINY,
+        "workload.num_requests=4",
+        "workload.max_concurrency=2",
+        f"workload.output_tokens={replay}",
+    ]
+    if per_client is not None:
+        overrides.append(f"workload.requests_per_client={per_client}")
+    result = simulate(compose_config(overrides))
+    c = columns(result.requests)
+    order = np.argsort(c["request_id"])
+    assert c["arrival_time_s"][order] == pytest.approx(arrivals)
+    assert (c["status"][order] == "completed").all()
+
+
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["workload.num_requests=5"], "must be 4 (clients x requests each)"),
+        (["workload.max_concurrency=null", "workload.num_requests=2"], "needs max_concurrency"),
+        (["workload.request_rate=2"], "leave request_rate and the ramp null"),
+    ],
+)
+def test_requests_per_client_is_checked_against_the_client_settings(extra, says):
+    overrides = [
+        *TINY,
+        "workload.num_requests=4",
+        "workload.max_concurrency=2",
+        "workload.requests_per_client=2",
+        *extra,
+    ]
+    with pytest.raises(ConfigError, match="^workload") as err:
+        simulate(compose_config(overrides))
+    assert says in str(err.value)

@@ -10,10 +10,12 @@ import numpy as np
 import pyarrow.csv as pacsv
 import pytest
 
+from sim.calibration.bench_fit import prepare
 from sim.errors import ConfigError
 from sim.harness.formats import read_benchmark
 from sim.harness.replay import EVEN_BURSTINESS, HarnessLoad, harness_load
 from sim.harness.results import Definition, MeasuredRequests, MeasuredRun, Statistic
+from sim.run import simulate
 from sim.workload.source import build_workload
 from tests.harness.samples import AIPERF, AIPERF_REQUESTS, GUIDELLM_JSON, SGLANG, VLLM_8B, VLLM_70B
 
@@ -96,7 +98,10 @@ def test_guidellm_synchronous_is_one_at_a_time_at_the_data_spec_lengths():
     assert load.request_rate is None
     assert (load.prompt_tokens, load.output_tokens) == (256, 128)
     assert load.lengths == "the data spec 'prompt_tokens=256,output_tokens=128'"
-    assert load.num_requests == 46  # the completed requests
+    # a 30 s window (max_duration, no max_number): the client sends until it closes, from
+    # twice the requests the report counts (46 completed + 1 incomplete) plus the cap
+    assert load.window_s == 30.0
+    assert load.num_requests == 2 * (46 + 1) + 1
     assert load.num_warmups == 0
     assert load.scheduler is None  # GuideLLM does not record the server
     assert load.burstiness == 1.0
@@ -144,9 +149,11 @@ def test_workload_writes_the_lengths_with_the_warmups_first_and_replays_them(tmp
     assert workload.prompt_tokens[1:].tolist() == ins
     # whatever the seed: in order means no draw
     assert build_workload(node, seed=11).prompt_tokens.tolist() == workload.prompt_tokens.tolist()
-    # the measured sends: the last at num_requests / rate (vLLM's normalisation)
-    assert workload.arrival_time_s[0] == 0.0
-    assert workload.arrival_time_s[-1] == pytest.approx(200 / 4.0)
+    # vLLM 0.8.3's client (the file is dated before mid-2025): the first measured request at
+    # once, then the gaps as drawn, not rescaled to end at num_requests / rate
+    assert node["normalise_sends"] is False
+    assert workload.arrival_time_s[0] == workload.arrival_time_s[1] == 0.0
+    assert workload.arrival_time_s[-1] != pytest.approx(200 / 4.0)
 
 
 def test_workload_with_several_warmups_repeats_the_first_rows(tmp_path):
@@ -154,6 +161,7 @@ def test_workload_with_several_warmups_repeats_the_first_rows(tmp_path):
         num_requests=4,
         request_rate=2.0,
         burstiness=1.0,
+        normalise_sends=True,
         max_concurrency=None,
         num_warmups=2,
         lengths="test",
@@ -229,3 +237,18 @@ def test_guidellm_constant_rate_is_evenly_spaced():
     # a recorded burstiness is kept; lengths at the means, rounded and at least 1
     load = harness_load(_run(settings={"burstiness": 0.5}, mean_output_tokens=0.3))
     assert load.burstiness == 0.5 and (load.prompt_tokens, load.output_tokens) == (100, 1)
+
+
+def test_a_duration_bounded_run_counts_only_what_completed_in_its_window(tmp_path):
+    (run,) = prepare(
+        [(str(GUIDELLM_JSON), ["model=llama31_8b", "hardware=h100_sxm"])], [], tmp_path, 0
+    )
+    assert run.cfg["sim"]["horizon_s"] == 30.0
+    result = simulate(run.cfg)
+    status = np.asarray(result.requests.column("status").to_pylist())
+    completion = np.asarray(result.requests.column("completion_time_s").to_pylist(), dtype=float)
+    done = status == "completed"
+    # one at a time for 30 s: many complete, all inside the window, and the client never ran
+    # out of requests before the window closed (one was still in flight at its end)
+    assert done.sum() > 10 and (completion[done] <= 30.0).all()
+    assert (status == "unfinished").sum() == 1

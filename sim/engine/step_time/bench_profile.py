@@ -19,8 +19,11 @@ overrides; the file adds what they are for (the deployments of the runs they wer
 where they came from (each file with its sha256 and the overrides it was simulated with) and
 how far off they are (the error on the runs the fit used and on the runs it held out).
 
-A run whose model, GPU or precisions are not among the fitted deployments is refused: terms
-fitted on one engine and GPU are not known to transfer (give them as overrides to try).
+A run whose model, GPU or precisions are not among the deployments of the fitted runs is
+refused: terms fitted on one GPU are not known to transfer (give them as overrides to try).
+The engine and the TP degree are not checked: the profile's ``runs`` record the scheduler and
+overrides each run was simulated with; use it with the same scheduler, and at a TP degree it
+saw unless ``allreduce_bandwidth_efficiency`` was fitted.
 A fitted key that the run also sets to a value other than its default is refused too, so no
 setting is silently replaced.
 """
@@ -80,12 +83,15 @@ class BenchProfile:
     schema_version: int = SCHEMA_VERSION
 
     def save(self, path: str | Path) -> Path:
-        """Write atomically (a temporary file renamed over the target)."""
+        """Write atomically (a temporary file renamed over the target; removed on failure)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
     def overrides(self) -> list[str]:

@@ -114,24 +114,18 @@ class RooflineStepTime(StepTimeModel):
         profile: str | None = None,
     ) -> None:
         if profile is not None:
-            terms = load_bench_profile(profile, deployment, locals(), _DEFAULTS)
-            compute_efficiency = terms.get("compute_efficiency", compute_efficiency)
-            quantized_compute_efficiency = terms.get(
-                "quantized_compute_efficiency", quantized_compute_efficiency
-            )
-            attention_compute_efficiency = terms.get(
-                "attention_compute_efficiency", attention_compute_efficiency
-            )
-            bandwidth_efficiency = terms.get("bandwidth_efficiency", bandwidth_efficiency)
-            attention_bandwidth_efficiency = terms.get(
-                "attention_bandwidth_efficiency", attention_bandwidth_efficiency
-            )
-            step_overhead_s = terms.get("step_overhead_s", step_overhead_s)
-            token_overhead_s = terms.get("token_overhead_s", token_overhead_s)
-            request_overhead_s = terms.get("request_overhead_s", request_overhead_s)
-            allreduce_bandwidth_efficiency = terms.get(
-                "allreduce_bandwidth_efficiency", allreduce_bandwidth_efficiency
-            )
+            # the fitted terms take the place of those keywords (none of which the run set)
+            given = locals()
+            given.update(load_bench_profile(profile, deployment, given, _DEFAULTS))
+            compute_efficiency = given["compute_efficiency"]
+            quantized_compute_efficiency = given["quantized_compute_efficiency"]
+            attention_compute_efficiency = given["attention_compute_efficiency"]
+            bandwidth_efficiency = given["bandwidth_efficiency"]
+            attention_bandwidth_efficiency = given["attention_bandwidth_efficiency"]
+            step_overhead_s = given["step_overhead_s"]
+            token_overhead_s = given["token_overhead_s"]
+            request_overhead_s = given["request_overhead_s"]
+            allreduce_bandwidth_efficiency = given["allreduce_bandwidth_efficiency"]
         compute_efficiency = _fraction(compute_efficiency, "compute_efficiency")
         quantized = _fraction(quantized_compute_efficiency, "quantized_compute_efficiency")
         attn_eff = _fraction(attention_compute_efficiency, "attention_compute_efficiency")

@@ -297,3 +297,19 @@ def test_decode_stretch_with_token_overhead_equals_stepping_bit_for_bit(steps, d
     plain = RooflineStepTime(deployment(tp=tp), step_overhead_s=0.0031)
     first = plain.step_time_s(StepShape(0, d, 0, ctx))
     assert stretch[0] - first == pytest.approx(2.9e-5 * d, rel=1e-9)
+
+
+def test_the_roofline_yaml_holds_the_python_defaults():
+    # a profile may replace a key only while the run leaves it at its default; the check
+    # compares with the Python defaults, so the YAML a run starts from must hold the same
+    from omegaconf import OmegaConf
+
+    from sim.engine.step_time.roofline import _DEFAULTS
+    from sim.resources import config_dir
+
+    yaml = OmegaConf.to_container(OmegaConf.load(config_dir() / "step_time" / "roofline.yaml"))
+    assert isinstance(yaml, dict)
+    keys = set(yaml) - {"_target_"}
+    assert keys == set(_DEFAULTS) - {"deployment"}
+    for key in keys:
+        assert yaml[key] == _DEFAULTS[key], key
