@@ -83,6 +83,22 @@ def test_sends_are_spaced_as_vllm_bench_serve_spaces_them():
     assert not at_once.arrival_time_s.any()  # no rate: every request at once
 
 
+def test_unnormalised_sends_start_at_once_and_keep_the_gaps_as_drawn():
+    # the older vLLM and SGLang clients: yield a request, then sleep a gap
+    cfg = compose_config(
+        [
+            "workload=bench",
+            "workload.num_requests=5",
+            "workload.request_rate=4",
+            "workload.normalise_sends=false",
+            "seed=7",
+        ]
+    )
+    workload = build_workload(cfg["workload"], 7)
+    gaps = stream(7, "workload.arrivals").gamma(1.0, np.full(5, 1 / 4))
+    assert workload.arrival_time_s == pytest.approx([0, *np.cumsum(gaps[:4])])
+
+
 @pytest.mark.parametrize(
     ("strategy", "rates"),
     [("linear", [1.0, 2.0, 3.0, 4.0, 5.0]), ("exponential", [1.0, 5**0.25, 5**0.5, 5**0.75, 5.0])],
