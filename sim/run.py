@@ -182,6 +182,8 @@ def simulate(
             gpu=deployment.gpu,
             cost=run.cost,
             warmup_requests=workload.warmup_requests,
+            # a closed loop or a capped client sends only as the fleet lets it
+            paced_by_client=workload.concurrency is not None,
         )
         texts = {
             reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))

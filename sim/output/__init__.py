@@ -7,6 +7,8 @@
 - ``tables``: where rows go: memory, or a Parquet file a row group at a time (and a spill for
   rows that arrive out of order);
 - ``results``: the requests table (an explicit Arrow schema) and the summary;
+- ``stability``: the verdict on whether the fleet kept up (``stable``, ``near_saturation``,
+  ``unstable``) and its evidence, from the request times;
 - ``cost``: what the fleet costs, and the unit costs derived from the run's rates;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.

@@ -35,6 +35,7 @@ from sim.catalog.hardware import GPU
 from sim.config.schema import CostConfig, SloConfig
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.output.cost import fleet_cost
+from sim.output.stability import stability
 from sim.output.step_log import StepTotals
 
 REQUESTS_SCHEMA = pa.schema(
@@ -132,6 +133,7 @@ def summarize(
     gpu: GPU,
     cost: CostConfig | None = None,
     warmup_requests: int = 0,
+    paced_by_client: bool = False,
 ) -> dict[str, Any]:
     """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
     gives one of its columns as numpy; each is read once and let go, so a long run's table need
@@ -141,6 +143,8 @@ def summarize(
     ``kv_capacity_tokens`` in the summary is the first model's pool.
 
     ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
+    ``paced_by_client``: the workload's client waits for the fleet (a closed loop or a cap), as
+    the stability verdict must know (``sim.output.stability``).
     """
     status = column("status")
     completed = status == COMPLETED
@@ -229,6 +233,9 @@ def summarize(
             gpu_busy_fraction=busy_fraction,
         ),
         "rejected_by_reason": rejected_by_reason,
+        "stability": stability(
+            column, warmup_requests=warmup_requests, paced_by_client=paced_by_client
+        ),
     }
     if len(kv_capacity_tokens) > 1:
         out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)

@@ -57,8 +57,14 @@ def format_summary(
             )
             for reason, count in (summary.get("rejected_by_reason") or {}).items()
         ),
+        *_stability_lines(summary.get("stability")),
         "",
-        f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}",
+        f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}"
+        + (
+            "   (unstable: these grow with the run's length)"
+            if (summary.get("stability") or {}).get("verdict") == "unstable"
+            else ""
+        ),
     ]
     rows = (
         ("TTFT", "ttft_s"),
@@ -101,3 +107,18 @@ def format_summary(
     if output_dir:
         lines.append(f"files:      {output_dir}")
     return "\n".join(lines)
+
+
+def _stability_lines(stability: dict | None) -> list[str]:
+    """The verdict and its evidence (``sim.output.stability``), after a blank line; none for
+    a summary written before runs had one."""
+    if not stability:
+        return []
+    capacity = stability.get("service_capacity_requests_per_s")
+    offered = stability.get("offered_requests_per_s")
+    load = (
+        f"; offered {_num(offered)} req/s against a capacity of {_num(capacity)} req/s"
+        if capacity and offered
+        else ""
+    )
+    return ["", f"stability:  {stability['verdict']} ({stability['reason']}){load}"]

@@ -71,7 +71,8 @@ def _canonical(value: object) -> str:
 
 # The summary's metrics have fixed types under one schema version, so every sweep's
 # runs.parquet agrees (a column null in every run of one sweep is not a different type). Counts
-# are integers, the two cost labels strings, every other metric float64.
+# are integers, the labels (cost, stability) strings, the stability flags booleans, every other
+# metric float64.
 METRIC_TYPES = {
     **{
         name: pa.int64()
@@ -90,6 +91,11 @@ METRIC_TYPES = {
     },
     "cost.tier": pa.string(),
     "cost.price_source": pa.string(),
+    "stability.verdict": pa.string(),
+    "stability.reason": pa.string(),
+    "stability.paced_by_client": pa.bool_(),
+    "stability.served_share_judged": pa.bool_(),
+    "stability.backlog_growth": pa.int64(),
 }
 
 

@@ -61,8 +61,9 @@ def rank_table(
     sweep_dir: Path, min_slo_attainment: float, width: int = 8, keys: set[str] | None = None
 ) -> str:
     """One screen: the cheapest configurations that meet the SLO, cheapest first; each named
-    by its overrides of ``keys`` (all of them when None)."""
-    rows, missed, failed = [], 0, 0
+    by its overrides of ``keys`` (all of them when None). An unstable run (its summary's
+    stability verdict) is left out whatever its latencies: they grow with its length."""
+    rows, missed, failed, unstable = [], 0, 0, 0
     for job in sorted(_job_dirs(sweep_dir), key=lambda p: (len(p.name), p.name)):
         if (job / ERROR_FILE).exists():
             failed += 1
@@ -78,6 +79,9 @@ def rank_table(
             )
             or job.name
         )
+        if (s.get("stability") or {}).get("verdict") == "unstable":
+            unstable += 1
+            continue
         attained = slo_attainment(s)
         if attained is None or attained < min_slo_attainment:
             missed += 1
@@ -97,7 +101,7 @@ def rank_table(
     rows.sort()
     lines = [
         f"{len(rows)} configuration(s) meet the SLO for >= {min_slo_attainment:.0%} of "
-        f"requests; {missed} miss it; {failed} failed. Cheapest first:"
+        f"requests; {missed} miss it; {unstable} unstable; {failed} failed. Cheapest first:"
     ]
     if rows:
         lines.append(

@@ -152,9 +152,9 @@ def test_request_counts_line_from_a_run(run):
 
 def test_latency_rows_print_the_summary_to_three_significant_digits(run):
     lines = format_summary(run.summary, run.config).splitlines()
-    assert lines[2] == ""
-    assert lines[3] == COLUMN_HEADER
-    for (label, key), row in zip(LATENCY_ROWS, lines[4:9], strict=True):
+    assert lines[2] == "" and lines[3].startswith("stability:  stable (") and lines[4] == ""
+    assert lines[5] == COLUMN_HEADER
+    for (label, key), row in zip(LATENCY_ROWS, lines[6:11], strict=True):
         got = cells(row)
         assert got[0] == label
         for stat, cell in zip(STATS, got[1:], strict=True):
@@ -210,9 +210,15 @@ def test_run_with_nothing_completed_prints_dashes():
     assert lines[1] == (
         "requests: 5 (0 completed, 0 rejected, 5 unfinished), 0 preemptions, 0.0 s simulated"
     )
-    for (label, _), row in zip(LATENCY_ROWS, lines[4:9], strict=True):
+    # every request cut off by the horizon: unstable, and said so above the latencies
+    assert lines[3] == (
+        "stability:  unstable (100% of the requests were unfinished when the run stopped: "
+        "the fleet did not keep up)"
+    )
+    assert lines[5].endswith("(unstable: these grow with the run's length)")
+    for (label, _), row in zip(LATENCY_ROWS, lines[6:11], strict=True):
         assert cells(row) == [label, "-", "-", "-", "-", "-"]
-    assert lines[9:] == [
+    assert lines[11:] == [
         "",
         "throughput: - req/s, - output tok/s, - total tok/s",
         "goodput:    - req/s meeting SLO (ttft <= 2 s, tpot <= 0.1 s)",

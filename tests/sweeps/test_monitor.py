@@ -69,7 +69,9 @@ def test_job_count_and_swept_keys_follow_hydra_sweep_syntax():
     assert count_jobs(["d=5"]) == 1
 
 
-def _fake_job(root, name, overrides, usd_per_hour, good, num_requests=100, duration_s=10.0):
+def _fake_job(
+    root, name, overrides, usd_per_hour, good, num_requests=100, duration_s=10.0, verdict="stable"
+):
     job = root / name
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
@@ -80,6 +82,7 @@ def _fake_job(root, name, overrides, usd_per_hour, good, num_requests=100, durat
         "ttft_s": {"p99": 0.5},
         "tpot_s": {"p99": 0.02},
         "cost": {"usd_per_hour": usd_per_hour, "usd_per_million_output_tokens": 1.0},
+        "stability": {"verdict": verdict},
     }
     (job / "summary.json").write_text(json.dumps(summary))
 
@@ -88,11 +91,13 @@ def test_rank_table_lists_only_slo_meeting_configs_cheapest_first(tmp_path):
     _fake_job(tmp_path, "0", ["fleet.replicas=4", "seed=1"], 12.0, good=1.0)
     _fake_job(tmp_path, "1", ["fleet.replicas=1", "seed=1"], 3.0, good=0.5)  # misses the SLO
     _fake_job(tmp_path, "2", ["fleet.replicas=2", "seed=1"], 6.0, good=0.995)
+    # meets the SLO in a short run, but its queue grows: not a fleet to buy
+    _fake_job(tmp_path, "4", ["fleet.replicas=1", "seed=2"], 3.0, good=1.0, verdict="unstable")
     (tmp_path / "3").mkdir()
     (tmp_path / "3" / "error.txt").write_text("error: x\n")
     table = rank_table(tmp_path, 0.99, keys={"fleet.replicas"}).splitlines()
     assert table[0].startswith(
-        "2 configuration(s) meet the SLO for >= 99% of requests; 1 miss it; 1 failed"
+        "2 configuration(s) meet the SLO for >= 99% of requests; 1 miss it; 1 unstable; 1 failed"
     )
     rows = table[2:]
     assert [row.split()[0] for row in rows] == ["2", "0"]  # $6/h before $12/h
