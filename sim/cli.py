@@ -26,6 +26,9 @@
                     [--random-input-len I] [--random-output-len O] [overrides]
                                            a benchmark simulated as vllm bench serve runs it,
                                            reported in the harness's metrics
+    fleetcast plan [overrides] [plan.slo=[...]] [plan.grid={...}] [plan.KEY=VALUE]
+                                           the smallest replica count meeting every SLO per
+                                           candidate, with replications; cheapest first
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -46,7 +49,17 @@ from sim.resources import config_dir
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
-COMMANDS = ("run", "memory", "collect", "calibrate", "profile", "model", "compare", "bench")
+COMMANDS = (
+    "run",
+    "memory",
+    "collect",
+    "calibrate",
+    "profile",
+    "model",
+    "compare",
+    "bench",
+    "plan",
+)
 USAGE = __doc__
 
 
@@ -264,6 +277,10 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
             sys.exit(2)
+    if command == "plan":
+        from sim.plan.planner import main as plan_main
+
+        sys.exit(plan_main(argv))
     if command == "profile":
         from sim.calibration.profiler import main as profile_main
 

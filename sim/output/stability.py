@@ -20,15 +20,17 @@ lets the backlog fill from empty), from two pieces of evidence:
 The rule, in order:
 
 - ``unstable``: 10% or more of the measured requests unfinished when the run stopped (a
-  horizon cut them off); or a judged ``served_share < 0.9`` with a backlog growth of 10
-  requests or more; or ``queueing_delay_slope >= 0.1`` with a growth over H of 50 ms or more.
-  0.9 and 0.1 both mean arrivals 10% or more above what the fleet serves: beyond chance for a
-  stable run of a few hundred requests, whose backlog moves by a few percent of its arrivals
-  (about sqrt(2 Var N) for a queue at 90% load); the 10 requests and 50 ms keep a short run's
-  noise, or a trend of a few steps' time, from counting.
-- ``near_saturation``: not unstable, but a judged ``served_share < 0.97`` or a slope of 0.03
-  or more (with 50 ms of growth): the backlog grows, if slowly. Its latencies depend on the
-  run's length and on chance more than usual: run longer, or read them as lower bounds.
+  horizon cut them off); or a judged ``served_share < 0.9`` with a backlog growth of at least
+  10 requests and 3 sigma; or ``queueing_delay_slope >= 0.1`` with a growth over H of 50 ms or
+  more. 0.9 and 0.1 both mean arrivals 10% or more above what the fleet serves. Sigma is the
+  chance movement of a stable backlog over the half, about ``sqrt(2 x backlog_at_mid)`` (the
+  number in the system is roughly Poisson when every request is in the running batch), so a
+  short run whose backlog wanders is not called unstable; the 10 requests and 50 ms keep tiny
+  runs' noise, or a trend of a few steps' time, from counting.
+- ``near_saturation``: not unstable, but a judged ``served_share < 0.97`` with a growth of 2
+  sigma, or a slope of 0.03 or more (with 50 ms of growth): the backlog grows, if slowly.
+  Its latencies depend on the run's length and on chance more than usual: run longer, or read
+  them as lower bounds.
 - ``stable`` otherwise (also with fewer than 20 arrivals in H, where ``reason`` says so).
 
 An engine that admits every request into its running batch (vLLM, until KV or
@@ -45,6 +47,7 @@ a stable fleet never showed its capacity (null).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -102,10 +105,14 @@ def stability(
     in_half = (arrival_s > mid) & (arrival_s <= last)
     early = arrival_s <= first + (last - first) / 4
     arrivals = int(in_half.sum())
+    arrived_by_mid = int((arrival_s <= mid).sum())
     half_arrivals = arrival_s[in_half]
     del arrival_s
     completion_s = column("completion_time_s")[measured]
     done_in_half = int(((completion_s > mid) & (completion_s <= last)).sum())
+    # the backlog at mid; its chance movement over the half is about sqrt(2 x backlog)
+    backlog_at_mid = arrived_by_mid - int((completion_s <= mid).sum())
+    noise = math.sqrt(2 * max(backlog_at_mid, 1))
     completed = ~np.isnan(completion_s)
     run_end = float(completion_s[completed].max()) if completed.any() else last
     num_completed = int(completed.sum())
@@ -129,6 +136,7 @@ def stability(
         out["served_requests_per_s"] = done_in_half / span
         out["served_share"] = done_in_half / arrivals
         out["backlog_growth"] = arrivals - done_in_half
+    out["backlog_at_mid"] = backlog_at_mid
     out["queueing_delay_slope"] = slope
     out["queueing_delay_growth_s"] = None if slope is None else slope * span
     # the backlog says something only once a request's stay is short beside the half window
@@ -143,7 +151,7 @@ def stability(
             f"{out['unfinished_share']:.0%} of the requests were unfinished when the run "
             "stopped: the fleet did not keep up"
         )
-    elif share_judged and share < UNSTABLE_SHARE and growth >= MIN_BACKLOG_GROWTH:
+    elif share_judged and share < UNSTABLE_SHARE and growth >= max(MIN_BACKLOG_GROWTH, 3 * noise):
         out["verdict"] = "unstable"
         out["reason"] = (
             f"served {share:.0%} of the second half's arrivals: the backlog (waiting and "
@@ -155,7 +163,9 @@ def stability(
             f"queueing delay grows {rise:.2g} s per second of arrivals: the queue grows, "
             "so latencies grow with the run's length"
         )
-    elif (share_judged and share < NEAR_SHARE) or (delay_grows and rise >= NEAR_SLOPE):
+    elif (share_judged and share < NEAR_SHARE and growth >= 2 * noise) or (
+        delay_grows and rise >= NEAR_SLOPE
+    ):
         out["verdict"] = "near_saturation"
         served = f"served {share:.0%} of the second half's arrivals, " if share_judged else ""
         out["reason"] = (

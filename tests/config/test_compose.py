@@ -35,7 +35,11 @@ EXTRA = {
         "hardware.power_w=700",
     ],
 }
-NOT_A_GROUP = {"experiment", "hydra"}  # optional overlays (tested below); Hydra's own groups
+NOT_A_GROUP = {
+    "experiment",
+    "hydra",
+    "plan",
+}  # overlays (tested below), Hydra's groups, fleetcast plan's settings
 
 
 def group_cases():

@@ -1,0 +1,351 @@
+"""``fleetcast plan``: for each candidate deployment, the smallest replica count that meets
+every SLO, verified with replications, and the candidates ranked cheapest first.
+
+    fleetcast plan [overrides] [plan.slo=[...]] [plan.grid={...}] [plan.KEY=VALUE ...]
+
+The overrides that do not start with ``plan.`` describe the base run (the workload, the SLO
+bounds of ``slo.*``, anything a run takes); ``plan.*`` keys (``configs/plan/default.yaml``)
+say what to plan. Each candidate (one combination of ``plan.grid``) is searched
+(``sim.plan.search``) with each point replicated (``sim.plan.replications``) under seeds
+``seed, seed + 1, ...``, the same for every candidate. The plan folder holds:
+
+- ``runs/``: one summary per simulation, named by its overrides' hash: a rerun into the same
+  folder reuses them (resumes);
+- ``plan.parquet``: one row per simulation (candidate, replicas, replication, seed, the point's
+  decision, every summary number flattened as ``fleetcast collect`` does);
+- ``plan.json``: per candidate its answer: the replica count, $/hour and $ per million output
+  tokens, each SLO statistic's mean and confidence interval, the probability of a miss, the
+  stability verdicts, every point evaluated; infeasible candidates with the reason;
+
+and the ranked table is printed at the end. Left out (to come): sensitivity to step-time and
+rate errors, the headroom to the knee, and running the points through Hydra's launchers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from sim.config.validation import Count, StrictModel, validate
+from sim.errors import ConfigError, require
+from sim.plan.replications import Point, evaluate
+from sim.plan.search import smallest_meeting
+from sim.plan.slo import Constraint, parse
+
+
+class PlanConfig(StrictModel):
+    section: ClassVar[str] = "plan"
+
+    slo: list[str]
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    max_replicas: Count = 64
+    min_replications: Count = 3
+    max_replications: Count = 10
+    confidence: float = Field(0.95, gt=0, lt=1)
+    jobs: Count | None = None
+    output_dir: str | None = None
+
+
+@dataclass
+class Answer:
+    """One candidate's result."""
+
+    label: str
+    overrides: list[str]
+    replicas: int | None  # None: infeasible within max_replicas
+    points: dict[int, Point]
+    reason: str
+
+    @property
+    def chosen(self) -> Point | None:
+        return None if self.replicas is None else self.points[self.replicas]
+
+
+def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
+    """The plan settings (defaults, then the ``plan.*`` overrides) and the other overrides."""
+    from omegaconf import OmegaConf
+
+    from sim.resources import config_dir
+
+    mine = [o for o in overrides if o.startswith("plan.")]
+    rest = [o for o in overrides if not o.startswith("plan.")]
+    node = OmegaConf.load(config_dir() / "plan" / "default.yaml")
+    try:
+        given = OmegaConf.from_dotlist([o.removeprefix("plan.") for o in mine])
+    except Exception as err:  # OmegaConf's grammar errors have many types
+        raise ConfigError("plan", " ".join(mine), f"cannot parse: {err}") from None
+    merged = OmegaConf.to_container(OmegaConf.merge(node, given))
+    return validate(PlanConfig, merged, "plan"), rest
+
+
+def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
+    """Every combination of the grid, as overrides (one empty candidate for no grid)."""
+    for key, values in grid.items():
+        require(
+            isinstance(values, list) and bool(values),
+            f"plan.grid.{key}",
+            values,
+            "give a non-empty list of values",
+        )
+    keys = list(grid)
+    return [
+        [f"{k}={_text(v)}" for k, v in zip(keys, combo, strict=True)]
+        for combo in itertools.product(*(grid[k] for k in keys))
+    ]
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+class Simulations:
+    """Runs one point's replication (composing its config), cached in the plan folder."""
+
+    def __init__(self, base: list[str], folder: Path, seed: int) -> None:
+        self.base = base
+        self.folder = folder / "runs"
+        self.seed = seed
+
+    def overrides(self, candidate: list[str], replicas: int, replication: int) -> list[str]:
+        return [
+            *self.base,
+            *candidate,
+            f"fleet.replicas={replicas}",
+            f"seed={self.seed + replication}",
+            "sim.progress=false",
+            "output_dir=null",
+        ]
+
+    def summary(self, candidate: list[str], replicas: int, replication: int) -> dict[str, Any]:
+        from sim.config.compose import compose_config
+        from sim.run import simulate
+
+        overrides = self.overrides(candidate, replicas, replication)
+        key = hashlib.sha256(json.dumps(overrides).encode()).hexdigest()[:20]
+        path = self.folder / f"{key}.json"
+        if path.is_file():
+            return json.loads(path.read_text())["summary"]
+        summary = simulate(compose_config(overrides)).summary
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_text(json.dumps({"overrides": overrides, "summary": summary}))
+        tmp.replace(path)
+        return summary
+
+
+def plan_candidate(
+    candidate: list[str], sims: Simulations, constraints: list[Constraint], plan: PlanConfig
+) -> Answer:
+    """The search for one candidate."""
+
+    def point(replicas: int) -> Point:
+        return evaluate(
+            replicas,
+            lambda r: sims.summary(candidate, replicas, r),
+            constraints,
+            min_replications=plan.min_replications,
+            max_replications=plan.max_replications,
+            confidence=plan.confidence,
+        )
+
+    found, points = smallest_meeting(point, lambda p: p.decision == "meets", plan.max_replicas)
+    label = " ".join(candidate) or "base"
+    if found is None:
+        last = points[max(points)]
+        return Answer(
+            label,
+            candidate,
+            None,
+            points,
+            f"misses at {max(points)} replicas ({last.reason}): no count up to "
+            f"plan.max_replicas={plan.max_replicas} meets every SLO",
+        )
+    return Answer(label, candidate, found, points, "")
+
+
+def _answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "candidate": answer.label,
+        "overrides": answer.overrides,
+        "feasible": answer.replicas is not None,
+        "replicas": answer.replicas,
+        "reason": answer.reason,
+        "evaluated": [
+            {
+                "replicas": p.replicas,
+                "decision": p.decision,
+                "reason": p.reason,
+                "replications": p.replications,
+            }
+            for _, p in sorted(answer.points.items())
+        ],
+    }
+    chosen = answer.chosen
+    if chosen is not None:
+        costs = [s["cost"] for s in chosen.summaries]
+        out["usd_per_hour"] = costs[0]["usd_per_hour"]
+        per_million = [c.get("usd_per_million_output_tokens") for c in costs]
+        known = [c for c in per_million if c is not None]
+        out["usd_per_million_output_tokens"] = sum(known) / len(known) if known else None
+        out["replications"] = chosen.replications
+        out["miss_probability"] = chosen.miss_probability
+        out["verdicts"] = [(s.get("stability") or {}).get("verdict") for s in chosen.summaries]
+        out["slo"] = {}
+        for stat in chosen.statistics:
+            found = stat.interval(plan.confidence)
+            out["slo"][str(stat.constraint)] = {
+                "bound": stat.constraint.bound,
+                "mean": None if found is None else found[0],
+                "ci_low": None if found is None else found[1],
+                "ci_high": None if found is None else found[2],
+            }
+    return out
+
+
+def _rows(answers: list[Answer], sims: Simulations, grid_keys: list[str]) -> pa.Table:
+    from sim.sweeps.runs import flatten
+
+    rows = []
+    for answer in answers:
+        given = dict(o.split("=", 1) for o in answer.overrides)
+        for replicas, point in sorted(answer.points.items()):
+            for replication, summary in enumerate(point.summaries):
+                row: dict[str, Any] = {"candidate": answer.label}
+                row.update({key: given.get(key) for key in grid_keys})
+                row.update(
+                    {
+                        "replicas": replicas,
+                        "replication": replication,
+                        "seed": sims.seed + replication,
+                        "decision": point.decision,
+                    }
+                )
+                for name, value in flatten(summary, keep_lists=False).items():
+                    if isinstance(value, (int, float, str)) or value is None:
+                        row[name] = value
+                rows.append(row)
+    return pa.Table.from_pylist(rows)
+
+
+def ranked_table(plan_json: dict[str, Any]) -> str:
+    """Cheapest first; infeasible candidates after, with their reason."""
+    from sim.output.summary_table import _num
+
+    feasible = [c for c in plan_json["candidates"] if c["feasible"]]
+    feasible.sort(key=lambda c: (c["usd_per_hour"], c["candidate"]))
+    confidence = plan_json["confidence"]
+    lines = [
+        f"{len(feasible)} of {len(plan_json['candidates'])} candidate(s) meet every SLO "
+        f"({', '.join(plan_json['slo'])}); cheapest first, {confidence:.0%} intervals:",
+    ]
+    for rank, c in enumerate(feasible, 1):
+        stats = "; ".join(
+            f"{name.split()[0]} {_num(s['mean'])} [{_num(s['ci_low'])}, {_num(s['ci_high'])}]"
+            for name, s in c["slo"].items()
+        )
+        lines.append(
+            f"{rank:>3}. {c['candidate']}: {c['replicas']} replica(s), "
+            f"${c['usd_per_hour']:,.2f}/hour, ${_num(c['usd_per_million_output_tokens'])}/M out"
+            f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
+        )
+    for c in plan_json["candidates"]:
+        if not c["feasible"]:
+            lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
+    return "\n".join(lines)
+
+
+def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Plan (module docstring); returns the plan folder and ``plan.json``'s object."""
+    from sim.config.compose import check_overrides, compose_config
+    from sim.run import simulate
+
+    plan, base = load_plan(overrides)
+    check_overrides(base)
+    require(
+        plan.min_replications <= plan.max_replications,
+        "plan.min_replications",
+        plan.min_replications,
+        f"must be <= plan.max_replications ({plan.max_replications})",
+    )
+    cfg = compose_config(base)
+    seed = int(cfg.get("seed", 0))
+    folder = Path(
+        plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    ).expanduser()
+    each = candidates(plan.grid)
+    for candidate in each:  # every candidate's config checked before any simulation runs
+        check_overrides(candidate)
+        compose_config([*base, *candidate])
+    sims = Simulations(base, folder, seed)
+    # an example summary (one replica of the first candidate) names the statistics
+    example = simulate(compose_config(sims.overrides(each[0], 1, 0))).summary
+    constraints = [parse(text, example) for text in plan.slo]
+    require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
+    answers: dict[int, Answer] = {}
+    jobs = min(plan.jobs or os.cpu_count() or 1, len(each))
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            futures = {
+                pool.submit(plan_candidate, c, sims, constraints, plan): i
+                for i, c in enumerate(each)
+            }
+            for future in as_completed(futures):
+                answers[futures[future]] = future.result()
+                if progress:
+                    _tell(answers[futures[future]], len(answers), len(each))
+    else:
+        for i, candidate in enumerate(each):
+            answers[i] = plan_candidate(candidate, sims, constraints, plan)
+            if progress:
+                _tell(answers[i], i + 1, len(each))
+    ordered = [answers[i] for i in range(len(each))]
+    plan_json = {
+        "slo": [str(c) for c in constraints],
+        "confidence": plan.confidence,
+        "base_overrides": base,
+        "seed": seed,
+        "candidates": [_answer_json(a, plan) for a in ordered],
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    table = _rows(ordered, sims, list(plan.grid))
+    tmp = folder / ".plan.parquet.partial"
+    pq.write_table(table, tmp)
+    tmp.replace(folder / "plan.parquet")
+    tmp = folder / ".plan.json.partial"
+    tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
+    tmp.replace(folder / "plan.json")
+    return folder, plan_json
+
+
+def _tell(answer: Answer, done: int, total: int) -> None:
+    found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
+    simulations = sum(p.replications for p in answer.points.values())
+    print(
+        f"[{done}/{total}] {answer.label}: {found} ({len(answer.points)} counts, "
+        f"{simulations} simulations)",
+        file=sys.stderr,
+    )
+
+
+def main(argv: list[str]) -> int:
+    """``fleetcast plan [overrides] [plan.KEY=VALUE ...]``."""
+    try:
+        folder, plan_json = run_plan(argv, progress=True)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(ranked_table(plan_json))
+    print(f"plan: {folder}")
+    return 0

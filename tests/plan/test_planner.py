@@ -1,0 +1,209 @@
+"""fleetcast plan (sim/plan): the search, the replications' decision, the SLO grammar, and the
+planner against queueing theory."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.plan.planner import candidates, load_plan, main, run_plan
+from sim.plan.replications import evaluate, t_quantile
+from sim.plan.search import smallest_meeting
+from sim.plan.slo import Constraint, parse
+
+
+@pytest.mark.parametrize("answer", [1, 2, 3, 7, 8, 9, 33, 64])
+def test_the_search_finds_the_smallest_count_in_few_evaluations(answer):
+    asked = []
+
+    def point(count):
+        asked.append(count)
+        return count >= answer
+
+    found, points = smallest_meeting(point, bool, 64)
+    assert found == answer
+    assert len(asked) == len(set(asked))  # each count once
+    # bracketing (log2 of the answer, +1) then bisecting the gap (log2 of half the answer)
+    assert len(asked) <= 2 * math.ceil(math.log2(answer)) + 2
+    assert len(asked) <= 64 // 3
+
+
+def test_the_search_says_infeasible_after_trying_the_maximum():
+    found, points = smallest_meeting(lambda c: False, bool, 10)
+    assert found is None and sorted(points) == [1, 2, 4, 8, 10]
+
+
+def test_slo_grammar_and_values():
+    c = parse("ttft_s.p99 <= 2")
+    assert c == Constraint("ttft_s.p99", "<=", 2.0)
+    assert c.value({"ttft_s": {"p99": 1.5}}) == 1.5 and c.met_by(1.5) and not c.met_by(2.5)
+    assert c.value({"ttft_s": {"p99": None}}) is None and not c.met_by(None)
+    share = parse("slo_attainment >= 0.99")
+    summary = {"goodput_requests_per_s": 9.9, "duration_s": 10.0, "num_requests": 100}
+    assert share.value(summary) == pytest.approx(0.99) and share.met_by(0.995)
+    for bad in ("ttft_s.p99 < 2", "ttft < two", 3):
+        with pytest.raises(ConfigError, match="^plan.slo="):
+            parse(bad)
+    with pytest.raises(ConfigError, match="not a number of summary.json"):
+        parse("ttft_s.p42 <= 1", {"ttft_s": {"p99": 1.0}})
+
+
+def _runs(values, verdict="stable"):
+    """A run function giving summaries whose ttft_s.mean follows ``values``."""
+    return lambda r: {"ttft_s": {"mean": values[r]}, "stability": {"verdict": verdict}}
+
+
+def test_replications_decide_as_soon_as_the_interval_is_clear():
+    c = [parse("ttft_s.mean <= 1")]
+    clear = evaluate(
+        4,
+        _runs([0.5, 0.51, 0.49, 0.5]),
+        c,
+        min_replications=3,
+        max_replications=10,
+        confidence=0.95,
+    )
+    assert clear.decision == "meets" and clear.replications == 3
+    assert clear.miss_probability == 0.0
+    # straddling the bound: more replications, then the means decide at the cap
+    values = [0.9, 1.1, 0.95, 1.05, 0.97, 1.04]
+    unsure = evaluate(4, _runs(values), c, min_replications=3, max_replications=6, confidence=0.95)
+    assert unsure.replications == 6 and "by the means" in unsure.reason
+    assert unsure.decision == ("meets" if sum(values) / 6 <= 1 else "misses")
+    assert unsure.miss_probability == pytest.approx(3 / 6)
+    # the interval: t quantile x s / sqrt(n)
+    stat = unsure.statistics[0]
+    mean, low, high = stat.interval(0.95)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 5)
+    assert high - mean == pytest.approx(t_quantile(0.975, 5) * sd / math.sqrt(6))
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 29, 100])
+def test_t_quantiles_match_scipy(df):
+    from scipy.stats import t
+
+    for p in (0.9, 0.95, 0.975):
+        assert t_quantile(p, df) == pytest.approx(t.ppf(p, df), rel=2e-3)
+
+
+def test_an_unstable_replication_misses_at_once():
+    point = evaluate(
+        2,
+        _runs([0.1] * 5, verdict="unstable"),
+        [parse("ttft_s.mean <= 1")],
+        min_replications=3,
+        max_replications=5,
+        confidence=0.95,
+    )
+    assert point.decision == "misses" and point.reason == "unstable"
+    assert point.replications == 1
+
+
+def test_the_grid_is_every_combination_and_plan_keys_are_checked():
+    assert candidates({}) == [[]]
+    assert candidates({"hardware": ["h100_sxm", "h200"], "fleet.tp": [1, 2]}) == [
+        ["hardware=h100_sxm", "fleet.tp=1"],
+        ["hardware=h100_sxm", "fleet.tp=2"],
+        ["hardware=h200", "fleet.tp=1"],
+        ["hardware=h200", "fleet.tp=2"],
+    ]
+    with pytest.raises(ConfigError, match="^plan.grid.hardware=\\[\\]"):
+        candidates({"hardware": []})
+    plan, rest = load_plan(["plan.max_replicas=8", "workload=poisson"])
+    assert plan.max_replicas == 8 and rest == ["workload=poisson"]
+    with pytest.raises(ConfigError, match="^plan.bogus"):
+        load_plan(["plan.bogus=1"])
+    with pytest.raises(ConfigError, match="^plan.confidence"):
+        load_plan(["plan.confidence=1.5"])
+
+
+def md1_mean_ttft(rate: float, step_s: float, replicas: int) -> float:
+    """Each replica an M/D/1 queue at rate/replicas: mean wait rho D / (2 (1 - rho)), plus
+    the one step of service."""
+    rho = rate * step_s / replicas
+    return math.inf if rho >= 1 else rho * step_s / (2 * (1 - rho)) + step_s
+
+
+@pytest.mark.parametrize(
+    "rate, bound",
+    [
+        (250.0, 0.03),  # formula: 3 replicas 0.0517, 4 replicas 0.0183 -> 4
+        (250.0, 0.0165),  # 4: 0.0183, 5: 0.0150 -> 5 (10% and 9% from the bound)
+        (120.0, 0.02),  # 2: 0.025, 3: 0.0133 -> 3
+    ],
+)
+def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate, bound):
+    step = 0.01
+    expected = next(c for c in range(1, 50) if md1_mean_ttft(rate, step, c) <= bound)
+    _, plan_json = run_plan(
+        [
+            "step_time=constant",
+            f"step_time.seconds={step}",
+            "scheduler.max_num_seqs=1",
+            "router=random",
+            "workload=poisson",
+            "workload.num_requests=6000",
+            f"workload.qps={rate}",
+            "workload.prompt_tokens=16",
+            "workload.output_tokens=1",
+            f"plan.slo=[ttft_s.mean <= {bound}]",
+            "plan.max_replicas=16",
+            "plan.jobs=1",
+            f"plan.output_dir={tmp_path}",
+        ],
+        progress=False,
+    )
+    (answer,) = plan_json["candidates"]
+    assert answer["replicas"] == expected
+    stat = answer["slo"][f"ttft_s.mean <= {bound:g}"]
+    assert stat["ci_low"] <= stat["mean"] <= stat["ci_high"] <= bound
+    formula = md1_mean_ttft(rate, step, expected)
+    assert stat["mean"] == pytest.approx(formula, rel=0.1)
+    # the count below misses
+    below = [p for p in answer["evaluated"] if p["replicas"] == expected - 1]
+    assert not below or below[0]["decision"] == "misses"
+
+
+def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys):
+    argv = [
+        "fleet.replicas=1",
+        "workload=poisson",
+        "workload.num_requests=200",
+        "workload.qps=10",
+        "workload.prompt_tokens=128",
+        "workload.output_tokens=32",
+        "plan.slo=[ttft_s.p99 <= 1, tpot_s.p99 <= 0.1]",
+        "plan.grid={hardware: [h100_sxm, a100_80g]}",
+        "plan.max_replicas=4",
+        "plan.jobs=1",
+        f"plan.output_dir={tmp_path}",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 of 2 candidate(s) meet every SLO")
+    plan_json = json.loads((tmp_path / "plan.json").read_text())
+    assert [c["candidate"] for c in plan_json["candidates"]] == [
+        "hardware=h100_sxm",
+        "hardware=a100_80g",
+    ]
+    runs = sorted((tmp_path / "runs").iterdir())
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "plan.parquet")
+    assert table.num_rows == len(runs)
+    assert {"candidate", "hardware", "replicas", "replication", "seed", "ttft_s.p99"} <= set(
+        table.column_names
+    )
+    stamps = [p.stat().st_mtime_ns for p in runs]
+    assert main(argv) == 0  # resumes: every simulation read back, none run again
+    assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "runs").iterdir())] == stamps
+    assert json.loads((tmp_path / "plan.json").read_text()) == plan_json
+
+
+def test_bad_plan_input_is_one_line(capsys):
+    assert main(["plan.slo=[ttft < 1]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: plan.slo=") and err.count("\n") == 1
