@@ -8,6 +8,7 @@ files.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +24,7 @@ from sim.config.schema import validate_run
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
+from sim.engine.step_time.base import ScaledStepTime
 from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
@@ -106,8 +108,15 @@ def simulate(
             for key, value in cfg["model"].items()
         }
     step_times = [build(cfg["step_time"], "step_time", deployment=d) for d in placement.deployments]
+    if run.sim.step_time_scale != 1.0:
+        step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
     router = build(cfg["router"], "router", rng=rng.stream(run.seed, "router"))
     workload = build_workload(run.workload, run.seed)
+    if run.sim.arrival_rate_scale != 1.0 and workload.arrival_time_s is not None:
+        # a what-if rate: the same requests, each arriving that much sooner
+        workload = dataclasses.replace(
+            workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
+        )
 
     def make_scheduler(model_id: int) -> Scheduler:
         plan = placement.deployments[model_id].memory

@@ -442,6 +442,8 @@ class SimConfig(StrictModel):
     horizon_s: Positive | None = None
     fast_forward_decode: bool = True
     progress: Literal["auto"] | bool = "auto"
+    step_time_scale: Positive = 1.0  # what-if: every step this many times its modelled time
+    arrival_rate_scale: Positive = 1.0  # what-if: open-loop arrival rates times this
 
 
 class OutputConfig(StrictModel):

@@ -26,13 +26,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,12 +51,21 @@ class PlanConfig(StrictModel):
 
     slo: list[str]
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    # candidates given one by one (added to the grid's), each a list of overrides
+    candidates: list[list[str]] = Field(default_factory=list)
     max_replicas: Count = 64
     min_replications: Count = 3
     max_replications: Count = 10
     confidence: float = Field(0.95, gt=0, lt=1)
     jobs: Count | None = None
     output_dir: str | None = None
+    # what-ifs at each answer: the count if every step were this much slower or faster, and
+    # if the arrival rate were this much higher (sim.step_time_scale, sim.arrival_rate_scale)
+    step_time_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    rate_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    # the headroom: the rate multiple at which the chosen fleet turns unstable, searched up to
+    # this multiple (null: not searched)
+    max_headroom: Annotated[float, Field(gt=1)] | None = None
 
 
 @dataclass
@@ -67,6 +77,10 @@ class Answer:
     replicas: int | None  # None: infeasible within max_replicas
     points: dict[int, Point]
     reason: str
+    # what-if name -> (its smallest count or None, its points)
+    whatifs: dict[str, tuple[int | None, dict[int, Point]]] = field(default_factory=dict)
+    # rate multiple -> the chosen fleet's summary at it (one replication)
+    headroom: dict[float, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def chosen(self) -> Point | None:
@@ -148,20 +162,28 @@ class Simulations:
 def plan_candidate(
     candidate: list[str], sims: Simulations, constraints: list[Constraint], plan: PlanConfig
 ) -> Answer:
-    """The search for one candidate."""
+    """The search for one candidate, then its what-ifs and headroom at the answer."""
 
-    def point(replicas: int) -> Point:
-        return evaluate(
-            replicas,
-            lambda r: sims.summary(candidate, replicas, r),
-            constraints,
-            min_replications=plan.min_replications,
-            max_replications=plan.max_replications,
-            confidence=plan.confidence,
+    def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
+        def point(replicas: int) -> Point:
+            return evaluate(
+                replicas,
+                lambda r: sims.summary([*candidate, *extra], replicas, r),
+                constraints,
+                min_replications=plan.min_replications,
+                max_replications=plan.max_replications,
+                confidence=plan.confidence,
+            )
+
+        return smallest_meeting(
+            point, lambda p: p.decision == "meets", plan.max_replicas, start=start
         )
 
-    found, points = smallest_meeting(point, lambda p: p.decision == "meets", plan.max_replicas)
     label = " ".join(candidate) or "base"
+    try:
+        found, points = search([], 1)
+    except ConfigError as err:  # a combination the catalog cannot run (FP8 on an A100)
+        return Answer(label, candidate, None, {}, f"cannot run: {err}")
     if found is None:
         last = points[max(points)]
         return Answer(
@@ -172,7 +194,53 @@ def plan_candidate(
             f"misses at {max(points)} replicas ({last.reason}): no count up to "
             f"plan.max_replicas={plan.max_replicas} meets every SLO",
         )
-    return Answer(label, candidate, found, points, "")
+    answer = Answer(label, candidate, found, points, "")
+    for scale in plan.step_time_scales:
+        answer.whatifs[f"step_time x{scale:g}"] = search([f"sim.step_time_scale={scale:g}"], found)
+    for scale in plan.rate_scales:
+        answer.whatifs[f"rate x{scale:g}"] = search([f"sim.arrival_rate_scale={scale:g}"], found)
+    if plan.max_headroom is not None:
+        answer.headroom = _headroom(candidate, found, sims, plan.max_headroom)
+    return answer
+
+
+def _headroom(
+    candidate: list[str], replicas: int, sims: Simulations, most: float
+) -> dict[float, dict[str, Any]]:
+    """The chosen fleet at rising rate multiples (one replication each): 1.25, 2.5, 5, ...
+    until unstable or past ``most``, then bisected (in ratio) to within 5%."""
+    seen: dict[float, dict[str, Any]] = {}
+
+    def unstable(k: float) -> bool:
+        k = float(f"{k:.4g}")
+        if k not in seen:
+            extra = [f"sim.arrival_rate_scale={k:g}"]
+            seen[k] = sims.summary([*candidate, *extra], replicas, 0)
+        return (seen[k].get("stability") or {}).get("verdict") == "unstable"
+
+    low, k = 1.0, 1.25
+    while not unstable(k):
+        low = k
+        if k >= most:
+            return seen
+        k = min(2 * k, most)
+    high = k
+    while high / low > 1.05:
+        mid = math.sqrt(low * high)
+        if unstable(mid):
+            high = mid
+        else:
+            low = mid
+    return seen
+
+
+def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
+    """(the largest multiple not unstable, the smallest unstable one or None)."""
+    bad = sorted(
+        k for k, s in seen.items() if (s.get("stability") or {}).get("verdict") == "unstable"
+    )
+    good = [k for k in seen if not bad or k < bad[0]]
+    return max(good, default=1.0), (bad[0] if bad else None)
 
 
 def _answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
@@ -202,6 +270,26 @@ def _answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
         out["replications"] = chosen.replications
         out["miss_probability"] = chosen.miss_probability
         out["verdicts"] = [(s.get("stability") or {}).get("verdict") for s in chosen.summaries]
+        out["whatifs"] = {
+            name: {
+                "replicas": count,
+                "evaluated": [
+                    {"replicas": p.replicas, "decision": p.decision, "replications": p.replications}
+                    for _, p in sorted(pts.items())
+                ],
+            }
+            for name, (count, pts) in answer.whatifs.items()
+        }
+        if answer.headroom:
+            stable_up_to, unstable_at = headroom_bounds(answer.headroom)
+            out["headroom"] = {
+                "stable_up_to_rate_x": stable_up_to,
+                "unstable_at_rate_x": unstable_at,
+                "evaluated": {
+                    f"{k:g}": (s.get("stability") or {}).get("verdict")
+                    for k, s in sorted(answer.headroom.items())
+                },
+            }
         out["slo"] = {}
         for stat in chosen.statistics:
             found = stat.interval(plan.confidence)
@@ -218,24 +306,40 @@ def _rows(answers: list[Answer], sims: Simulations, grid_keys: list[str]) -> pa.
     from sim.sweeps.runs import flatten
 
     rows = []
-    for answer in answers:
+
+    def add(
+        answer: Answer,
+        scenario: str,
+        replicas: int,
+        replication: int,
+        summary: dict,
+        decision: str | None,
+    ) -> None:
         given = dict(o.split("=", 1) for o in answer.overrides)
-        for replicas, point in sorted(answer.points.items()):
-            for replication, summary in enumerate(point.summaries):
-                row: dict[str, Any] = {"candidate": answer.label}
-                row.update({key: given.get(key) for key in grid_keys})
-                row.update(
-                    {
-                        "replicas": replicas,
-                        "replication": replication,
-                        "seed": sims.seed + replication,
-                        "decision": point.decision,
-                    }
-                )
-                for name, value in flatten(summary, keep_lists=False).items():
-                    if isinstance(value, (int, float, str)) or value is None:
-                        row[name] = value
-                rows.append(row)
+        row: dict[str, Any] = {"candidate": answer.label, "scenario": scenario}
+        row.update({key: given.get(key) for key in grid_keys})
+        row.update(
+            {
+                "replicas": replicas,
+                "replication": replication,
+                "seed": sims.seed + replication,
+                "decision": decision,
+            }
+        )
+        for name, value in flatten(summary, keep_lists=False).items():
+            if isinstance(value, (int, float, str)) or value is None:
+                row[name] = value
+        rows.append(row)
+
+    for answer in answers:
+        scenarios = {"base": answer.points, **{n: p for n, (_, p) in answer.whatifs.items()}}
+        for scenario, points in scenarios.items():
+            for replicas, point in sorted(points.items()):
+                for replication, summary in enumerate(point.summaries):
+                    add(answer, scenario, replicas, replication, summary, point.decision)
+        for k, summary in sorted(answer.headroom.items()):
+            assert answer.replicas is not None
+            add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
     return pa.Table.from_pylist(rows)
 
 
@@ -260,6 +364,20 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
             f"${c['usd_per_hour']:,.2f}/hour, ${_num(c['usd_per_million_output_tokens'])}/M out"
             f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
         )
+        extras = [
+            f"{name}: {w['replicas'] if w['replicas'] is not None else 'infeasible'}"
+            for name, w in c.get("whatifs", {}).items()
+        ]
+        room = c.get("headroom")
+        if room:
+            at = room["unstable_at_rate_x"]
+            extras.append(
+                f"unstable at x{at:.3g} the rate"
+                if at
+                else f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate (no knee found)"
+            )
+        if extras:
+            lines.append("       what-if: " + "; ".join(extras))
     for c in plan_json["candidates"]:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
@@ -284,13 +402,13 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     folder = Path(
         plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     ).expanduser()
-    each = candidates(plan.grid)
-    for candidate in each:  # every candidate's config checked before any simulation runs
+    each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
+    for candidate in each:  # every candidate's overrides composed before any simulation runs
         check_overrides(candidate)
-        compose_config([*base, *candidate])
+        compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
     sims = Simulations(base, folder, seed)
-    # an example summary (one replica of the first candidate) names the statistics
-    example = simulate(compose_config(sims.overrides(each[0], 1, 0))).summary
+    # an example summary (one replica of the base deployment) names the statistics
+    example = simulate(compose_config(sims.overrides([], 1, 0))).summary
     constraints = [parse(text, example) for text in plan.slo]
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
     answers: dict[int, Answer] = {}

@@ -16,6 +16,9 @@ The decision at a point:
 - otherwise undecided: one more replication, up to ``max_replications``, where the means
   decide.
 
+Two identical replications mean nothing in the run is random (a trace replayed with a
+deterministic router): the decision is taken on them, and the intervals have no width.
+
 ``miss_probability`` is the share of replications in which some SLO was missed (the chance
 that a run like these misses), with its replication count.
 """
@@ -130,6 +133,16 @@ def evaluate(
         verdict = (summary.get("stability") or {}).get("verdict")
         if verdict == "unstable":
             return Point(replicas, summaries, statistics, "misses", "unstable")
+        if len(summaries) == 2 and summaries[0] == summaries[1]:
+            # a replay with no randomness (a trace, no random router): more seeds add nothing
+            ok = all(s.constraint.met_by(s.values[0]) for s in statistics)
+            return Point(
+                replicas,
+                summaries,
+                statistics,
+                "meets" if ok else "misses",
+                "identical replications (nothing random in the run): decided on one",
+            )
         if len(summaries) < min_replications:
             continue
         sides = [s.side(confidence) for s in statistics]

@@ -2,9 +2,11 @@
 
 More replicas never make a fleet slower (the search assumes it): counts 1, 2, 4, ... are tried
 until one meets (or ``max_replicas``, tried last, does not: infeasible), then the gap between
-the largest count that missed and the first that met is bisected. ``evaluate(count)`` is asked
-at most once per count (``ceil(log2(max)) + log2 of the gap`` counts in all), against
-``max_replicas`` for a full grid.
+the largest count that missed and the first that met is bisected. From a first guess (a
+what-if next to a plan already found) the search gallops down or up from it (the guess, then
+1, 2, 4, ... away): an answer at the guess or one above costs two evaluations.
+``evaluate(count)`` is asked at most once per count (``ceil(log2(max)) + log2 of the gap``
+counts in all), against ``max_replicas`` for a full grid.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ P = TypeVar("P")
 
 
 def smallest_meeting(
-    evaluate: Callable[[int], P], meets: Callable[[P], bool], max_replicas: int
+    evaluate: Callable[[int], P], meets: Callable[[P], bool], max_replicas: int, start: int = 1
 ) -> tuple[int | None, dict[int, P]]:
     """(the smallest count in 1..max_replicas whose point meets, or None; every point
-    evaluated, by count)."""
+    evaluated, by count). ``start``: a first guess (a nearby plan's answer): when it meets, the
+    counts below it are bisected; when not, the doubling starts there."""
     points: dict[int, P] = {}
 
     def ok(count: int) -> bool:
@@ -27,13 +30,25 @@ def smallest_meeting(
             points[count] = evaluate(count)
         return meets(points[count])
 
-    low, count = 0, 1  # low: the largest count known to miss
-    while not ok(count):
-        low = count
-        if count >= max_replicas:
-            return None, points
-        count = min(2 * count, max_replicas)
-    high = count
+    start = min(max(start, 1), max_replicas)
+    # gallop away from the guess (steps 1, 2, 4, ...) until the answer is bracketed
+    if ok(start):
+        low, high, step = 0, start, 1
+        while high - step >= 1:
+            if not ok(high - step):
+                low = high - step
+                break
+            high, step = high - step, 2 * step
+    else:
+        low, step = start, 1
+        while True:
+            if low >= max_replicas:
+                return None, points
+            count = min(low + step, max_replicas)
+            if ok(count):
+                high = count
+                break
+            low, step = count, 2 * step
     while high - low > 1:
         mid = (low + high) // 2
         if ok(mid):

@@ -31,6 +31,19 @@ def test_the_search_finds_the_smallest_count_in_few_evaluations(answer):
     assert len(asked) <= 64 // 3
 
 
+@pytest.mark.parametrize("answer, guess, most", [(5, 5, 2), (4, 5, 4), (6, 5, 2), (1, 9, 5)])
+def test_a_search_from_a_guess_gallops_away_from_it(answer, guess, most):
+    asked = []
+
+    def point(count):
+        asked.append(count)
+        return count >= answer
+
+    found, _ = smallest_meeting(point, bool, 64, start=guess)
+    assert found == answer and asked[0] == guess
+    assert len(asked) <= most
+
+
 def test_the_search_says_infeasible_after_trying_the_maximum():
     found, points = smallest_meeting(lambda c: False, bool, 10)
     assert found is None and sorted(points) == [1, 2, 4, 8, 10]
@@ -89,6 +102,20 @@ def test_t_quantiles_match_scipy(df):
         assert t_quantile(p, df) == pytest.approx(t.ppf(p, df), rel=2e-3)
 
 
+def test_identical_replications_are_a_run_with_nothing_random():
+    point = evaluate(
+        3,
+        _runs([0.9] * 5),
+        [parse("ttft_s.mean <= 1")],
+        min_replications=3,
+        max_replications=5,
+        confidence=0.95,
+    )
+    assert point.decision == "meets" and point.replications == 2
+    assert "nothing random" in point.reason
+    assert point.statistics[0].interval(0.95) == (0.9, 0.9, 0.9)
+
+
 def test_an_unstable_replication_misses_at_once():
     point = evaluate(
         2,
@@ -128,14 +155,14 @@ def md1_mean_ttft(rate: float, step_s: float, replicas: int) -> float:
 
 
 @pytest.mark.parametrize(
-    "rate, bound",
+    "rate, bound, knee",
     [
-        (250.0, 0.03),  # formula: 3 replicas 0.0517, 4 replicas 0.0183 -> 4
-        (250.0, 0.0165),  # 4: 0.0183, 5: 0.0150 -> 5 (10% and 9% from the bound)
-        (120.0, 0.02),  # 2: 0.025, 3: 0.0133 -> 3
+        (250.0, 0.03, True),  # formula: 3 replicas 0.0517, 4 replicas 0.0183 -> 4
+        (250.0, 0.0165, False),  # 4: 0.0183, 5: 0.0150 -> 5 (10% and 9% from the bound)
+        (120.0, 0.02, False),  # 2: 0.025, 3: 0.0133 -> 3
     ],
 )
-def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate, bound):
+def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate, bound, knee):
     step = 0.01
     expected = next(c for c in range(1, 50) if md1_mean_ttft(rate, step, c) <= bound)
     _, plan_json = run_plan(
@@ -153,6 +180,9 @@ def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate,
             "plan.max_replicas=16",
             "plan.jobs=1",
             f"plan.output_dir={tmp_path}",
+            "plan.step_time_scales=[]",
+            "plan.rate_scales=[]",
+            f"plan.max_headroom={4 if knee else 'null'}",
         ],
         progress=False,
     )
@@ -165,6 +195,12 @@ def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate,
     # the count below misses
     below = [p for p in answer["evaluated"] if p["replicas"] == expected - 1]
     assert not below or below[0]["decision"] == "misses"
+    if knee:  # c servers of one request per D seconds: the queue grows past c / (rate D)
+        room = answer["headroom"]
+        capacity = expected / (rate * step)
+        assert room["stable_up_to_rate_x"] < room["unstable_at_rate_x"]
+        assert room["unstable_at_rate_x"] / room["stable_up_to_rate_x"] <= 1.06
+        assert room["unstable_at_rate_x"] == pytest.approx(capacity, rel=0.15)
 
 
 def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys):
@@ -180,10 +216,12 @@ def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys
         "plan.max_replicas=4",
         "plan.jobs=1",
         f"plan.output_dir={tmp_path}",
+        "plan.max_headroom=2",
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("2 of 2 candidate(s) meet every SLO")
+    assert out.count("what-if: step_time x0.9: ") == 2 and "rate x1.2: " in out
     plan_json = json.loads((tmp_path / "plan.json").read_text())
     assert [c["candidate"] for c in plan_json["candidates"]] == [
         "hardware=h100_sxm",
@@ -194,9 +232,16 @@ def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys
 
     table = pq.read_table(tmp_path / "plan.parquet")
     assert table.num_rows == len(runs)
-    assert {"candidate", "hardware", "replicas", "replication", "seed", "ttft_s.p99"} <= set(
+    assert {"candidate", "scenario", "hardware", "replicas", "replication", "seed"} <= set(
         table.column_names
     )
+    assert {"base", "step_time x1.1", "rate x1.2"} <= set(table.column("scenario").to_pylist())
+    for c in plan_json["candidates"]:
+        assert set(c["whatifs"]) == {"step_time x0.9", "step_time x1.1", "rate x1.2"}
+        # slower steps or more traffic never need fewer replicas, faster steps never more
+        assert c["whatifs"]["step_time x1.1"]["replicas"] >= c["replicas"]
+        assert c["whatifs"]["rate x1.2"]["replicas"] >= c["replicas"]
+        assert c["whatifs"]["step_time x0.9"]["replicas"] <= c["replicas"]
     stamps = [p.stat().st_mtime_ns for p in runs]
     assert main(argv) == 0  # resumes: every simulation read back, none run again
     assert [p.stat().st_mtime_ns for p in sorted((tmp_path / "runs").iterdir())] == stamps

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from sim.engine.step_shape import StepShape
 
 VECTOR_MIN_STEPS = 32
@@ -48,3 +50,23 @@ class StepTimeModel:
         step = self.step_time_s
         seqs, context = first.num_decode_seqs, first.decode_context
         return [step(StepShape(0, seqs, 0, context + i * context_growth)) for i in range(num_steps)]
+
+
+class ScaledStepTime(StepTimeModel):
+    """Another model's step times, each multiplied by ``scale`` (``sim.step_time_scale``: what
+    if every step were 10% slower). A decode stretch is scaled the same, so its durations stay
+    bit-for-bit the scaled single steps."""
+
+    def __init__(self, inner: StepTimeModel, scale: float) -> None:
+        self.inner = inner
+        self.scale = scale
+        self.request_overhead_s = inner.request_overhead_s
+
+    def step_time_s(self, shape: StepShape) -> float:
+        return self.inner.step_time_s(shape) * self.scale
+
+    def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
+        durations = self.inner.decode_stretch_s(first, context_growth, num_steps)
+        if isinstance(durations, np.ndarray):
+            return durations * self.scale
+        return [d * self.scale for d in durations]
