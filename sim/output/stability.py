@@ -3,46 +3,41 @@
 A run whose fleet cannot serve the traffic has no steady state: its backlog grows as long as
 traffic comes, and its latencies grow with the run's length. Such latencies are not the
 fleet's; they say how long the run was. So every summary carries a ``stability`` object,
-judged on the second half of the arrival window, ``H = [mid, last arrival]`` (the first half
-lets the backlog fill from empty), from two pieces of evidence:
+judged on the second half of the arrival window (the first half lets the backlog fill;
+rejected requests and a benchmark's warm-ups are left out):
 
-- ``served_share`` = requests completed during H / requests arriving during H. The backlog
-  (arrived, not completed: waiting or in the running batch) changes over H by exactly
-  ``arrivals - completions`` (``backlog_growth``), so ``1 - served_share`` is the share of H's
-  arrivals that piled up: near 0 for a stable fleet, ``1 - capacity/offered`` for an
-  overloaded one. It means something only when a request's stay is short beside H: it is
-  judged (``served_share_judged``) when the median E2E of the first quarter's arrivals (the
-  stay before any backlog) is at most half of H.
-- ``queueing_delay_slope``: the least-squares slope of queueing delay against arrival time
-  over H (seconds of wait per second of arrivals): 0 for a stable fleet, ``offered/capacity -
-  1`` for a FIFO wait queue in front of an overloaded one. It holds however long the stay.
+- ``offered_requests_per_s``: the judged half's arrivals over its length ``H``.
+- ``service_capacity_requests_per_s`` (reported when the fleet falls short): the most the
+  fleet completed in any stretch of length ``H``, anywhere in the run (every window starting
+  at a completion): what it showed it can do while work was waiting.
+- ``deficit``: the judged half's arrivals minus that best window's completions: what a fleet
+  working at its best pace for as long would leave behind.
 
 The rule, in order:
 
-- ``unstable``: 10% or more of the measured requests unfinished when the run stopped (a
-  horizon cut them off); or a judged ``served_share < 0.9`` with a backlog growth of at least
-  10 requests and 3 sigma; or ``queueing_delay_slope >= 0.1`` with a growth over H of 50 ms or
-  more. 0.9 and 0.1 both mean arrivals 10% or more above what the fleet serves. Sigma is the
-  chance movement of a stable backlog over the half, about ``sqrt(2 x backlog_at_mid)`` (the
-  number in the system is roughly Poisson when every request is in the running batch), so a
-  short run whose backlog wanders is not called unstable; the 10 requests and 50 ms keep tiny
-  runs' noise, or a trend of a few steps' time, from counting.
-- ``near_saturation``: not unstable, but a judged ``served_share < 0.97`` with a growth of 2
-  sigma, or a slope of 0.03 or more (with 50 ms of growth): the backlog grows, if slowly.
-  Its latencies depend on the run's length and on chance more than usual: run longer, or read
-  them as lower bounds.
-- ``stable`` otherwise (also with fewer than 20 arrivals in H, where ``reason`` says so).
+- ``unstable``: a deficit of 10% of the half's arrivals or more, and at least 10 requests and
+  three standard deviations of the half's arrival count (``sqrt(arrivals)``, as for Poisson
+  arrivals): more arrives than the fleet ever served, beyond chance. 10% is a fleet at 1.11
+  times its capacity or more. Or a horizon that left more requests unfinished than 10% of the
+  run and twice the backlog at mid-run (more than a stable fleet has in flight).
+- ``undetermined``: no request completed before a horizon; or, not unstable, but the median
+  request stays (E2E) longer than ``H``: the
+  run is too short beside its requests to show a steady state (a burst of long requests, all
+  batched at once, completes in bursts that look like capacity); run longer.
+- ``near_saturation``: a deficit of 3% of the half's arrivals and two standard deviations:
+  the fleet serves a little less than arrives. Its latencies depend on the run's length and on
+  chance more than usual: run longer, or read them as lower bounds.
+- ``stable`` otherwise (also with fewer than 20 arrivals in the half: ``reason`` says so).
 
-An engine that admits every request into its running batch (vLLM, until KV or
-``max_num_seqs`` stops it) has no waiting queue: its overload shows as a growing batch, with
-slower tokens, not as queueing delay, which is what ``served_share`` catches. A closed loop or
-a capped benchmark client (``paced_by_client``) waits for the fleet before it sends, so its
-backlog sits in the client and the fleet looks stable: read its throughput instead.
-
-``offered_requests_per_s`` and ``served_requests_per_s`` are H's arrival and completion rates;
-``service_capacity_requests_per_s`` is, when the fleet is saturated (not ``stable``), the
-run's mean completion rate from its first arrival to its last completion, the most it served;
-a stable fleet never showed its capacity (null).
+The best window is a maximum, so it is biased upward, which keeps a stable run from looking
+short of capacity by chance; a near-knee overload of a few percent needs a long run to show.
+The evidence also holds ``served_share`` (completions over arrivals in the judged half) and
+``queueing_delay_slope`` (least squares of queueing delay on arrival time over the half), which
+the verdict does not use: an engine that admits every request into its batch (vLLM) shows
+overload as slower tokens rather than a wait queue, and both move by chance in short runs of a
+stable queue near capacity. A closed loop or a capped benchmark client (``paced_by_client``)
+waits for the fleet before it sends, so its backlog sits in the client and the fleet looks
+stable: read its throughput instead.
 """
 
 from __future__ import annotations
@@ -53,17 +48,17 @@ from typing import Any
 
 import numpy as np
 
-from sim.engine.request import UNFINISHED
+from sim.engine.request import REJECTED, UNFINISHED
 
 # the thresholds of the rule (module docstring)
-UNSTABLE_SHARE = 0.9
-NEAR_SHARE = 0.97
-MIN_BACKLOG_GROWTH = 10  # requests
+UNSTABLE_DEFICIT = 0.1  # of the judged half's arrivals
+NEAR_DEFICIT = 0.03
+UNSTABLE_SIGMAS = 3.0
+NEAR_SIGMAS = 2.0
+MIN_DEFICIT = 10  # requests
 UNFINISHED_SHARE = 0.1
-UNSTABLE_SLOPE = 0.1  # seconds of queueing delay per second of arrivals
-NEAR_SLOPE = 0.03
-MIN_DELAY_GROWTH_S = 0.05
 MIN_ARRIVALS = 20  # in the judged half
+BACKLOG_SAMPLES = 50  # instants the backlog is counted at over the judged half
 
 
 def _mean(values: np.ndarray) -> float | None:
@@ -76,20 +71,22 @@ def stability(
 ) -> dict[str, Any]:
     """The ``stability`` object of a run's measured requests (module docstring), from its
     requests table (``column(name)`` gives one column as numpy; one is held at a time, with a
-    few masks, so a long run's table need not fit in memory whole). A benchmark client's
-    warm-ups (the first ``warmup_requests`` ids) are left out."""
-    measured = column("request_id") >= warmup_requests
-    unfinished = int((column("status")[measured] == UNFINISHED).sum())
+    few masks, so a long run's table need not fit in memory whole)."""
+    status = column("status")
+    measured = (column("request_id") >= warmup_requests) & (status != REJECTED)
+    unfinished = int((status[measured] == UNFINISHED).sum())
+    del status
     arrival_s = column("arrival_time_s")[measured]
     n = len(arrival_s)
     out: dict[str, Any] = {
         "verdict": "stable",
         "reason": "",
         "offered_requests_per_s": None,
-        "served_requests_per_s": None,
         "service_capacity_requests_per_s": None,
+        "deficit": None,
         "served_share": None,
-        "backlog_growth": None,
+        "queueing_delay_slope": None,
+        "median_stay_s": None,
         "judged_from_s": None,
         "judged_to_s": None,
         "unfinished_share": unfinished / n if n else 0.0,
@@ -102,83 +99,101 @@ def stability(
     mid = (first + last) / 2
     span = last - mid
     out["judged_from_s"], out["judged_to_s"] = mid, last
-    in_half = (arrival_s > mid) & (arrival_s <= last)
-    early = arrival_s <= first + (last - first) / 4
+    in_half = arrival_s > mid
     arrivals = int(in_half.sum())
-    arrived_by_mid = int((arrival_s <= mid).sum())
     half_arrivals = arrival_s[in_half]
+    came = np.sort(arrival_s)
     del arrival_s
     completion_s = column("completion_time_s")[measured]
-    done_in_half = int(((completion_s > mid) & (completion_s <= last)).sum())
-    # the backlog at mid; its chance movement over the half is about sqrt(2 x backlog)
-    backlog_at_mid = arrived_by_mid - int((completion_s <= mid).sum())
-    noise = math.sqrt(2 * max(backlog_at_mid, 1))
-    completed = ~np.isnan(completion_s)
-    run_end = float(completion_s[completed].max()) if completed.any() else last
-    num_completed = int(completed.sum())
+    done = np.sort(completion_s[~np.isnan(completion_s)])
     del completion_s
-    # how long a request stays when the queue is still short: the first quarter's median E2E
-    e2e_s = column("e2e_s")[measured][early]
+    # the backlog (arrived, not completed) through the judged half, its trend and its scatter
+    times = np.linspace(mid, last, BACKLOG_SAMPLES)
+    backlog = (
+        np.searchsorted(came, times, side="right") - np.searchsorted(done, times, side="right")
+    ).astype(float)
+    trend, scatter = 0.0, 0.0
+    if span > 0:
+        fit = np.polyfit(times - mid, backlog, 1)
+        trend = float(fit[0] * span)  # requests the backlog gained over the half
+        scatter = float(np.std(backlog - np.polyval(fit, times - mid)))
+    out_trend = trend
+    done_in_half = int(((done > mid) & (done <= last)).sum())
+    backlog_at_mid = (n - arrivals) - int((done <= mid).sum())
+    best = 0
+    if span > 0 and len(done):
+        # completions in [t, t + span) for every t at a completion: the best such stretch
+        ends = np.searchsorted(done, done + span, side="left")
+        best = int((ends - np.arange(len(done))).max())
+    e2e_s = column("e2e_s")[measured]
     e2e_s = e2e_s[~np.isnan(e2e_s)]
     stay_s = float(np.median(e2e_s)) if len(e2e_s) else None
     del e2e_s
     delay_s = column("queueing_delay_s")[measured][in_half]
     seen = ~np.isnan(delay_s)
-    slope = None
     if seen.sum() >= MIN_ARRIVALS and span > 0:
         t, d = half_arrivals[seen], delay_s[seen]
         spread = float(((t - t.mean()) ** 2).sum())
         if spread > 0:
             slope = float(((t - t.mean()) * (d - d.mean())).sum() / spread)
+            out["queueing_delay_slope"] = slope
     del delay_s, half_arrivals
-    if arrivals and span > 0:
-        out["offered_requests_per_s"] = arrivals / span
-        out["served_requests_per_s"] = done_in_half / span
-        out["served_share"] = done_in_half / arrivals
-        out["backlog_growth"] = arrivals - done_in_half
+    out["median_stay_s"] = stay_s
+    deficit = arrivals - best
+    sigma = math.sqrt(max(arrivals, 1))
+    offered = capacity = 0.0
+    out["backlog_trend"] = out_trend
+    out["backlog_scatter"] = scatter
     out["backlog_at_mid"] = backlog_at_mid
-    out["queueing_delay_slope"] = slope
-    out["queueing_delay_growth_s"] = None if slope is None else slope * span
-    # the backlog says something only once a request's stay is short beside the half window
-    share_judged = stay_s is not None and 2 * stay_s <= span and arrivals >= MIN_ARRIVALS
-    out["served_share_judged"] = share_judged
-    share, growth = out["served_share"], out["backlog_growth"]
-    rise = 0.0 if slope is None else slope  # seconds of queueing delay per second
-    delay_grows = rise * span >= MIN_DELAY_GROWTH_S
-    if out["unfinished_share"] >= UNFINISHED_SHARE:
+    # the trend speaks once a request's stay is short beside the half (else it is the fill)
+    judged = stay_s is not None and stay_s <= span
+    grows = judged and trend >= max(UNSTABLE_DEFICIT * arrivals, MIN_DEFICIT, 4.2 * scatter)
+    creeps = judged and trend >= max(NEAR_DEFICIT * arrivals, 2.8 * scatter)
+    if arrivals and span > 0:
+        offered, capacity = arrivals / span, best / span
+        out["offered_requests_per_s"] = offered
+        out["served_share"] = done_in_half / arrivals
+        out["deficit"] = deficit
+    if unfinished and not len(done):
+        out["verdict"] = "undetermined"
+        out["reason"] = "no request completed before the run stopped (sim.horizon_s)"
+    elif unfinished > max(UNFINISHED_SHARE * n, 2 * backlog_at_mid + MIN_DEFICIT):
         out["verdict"] = "unstable"
         out["reason"] = (
-            f"{out['unfinished_share']:.0%} of the requests were unfinished when the run "
-            "stopped: the fleet did not keep up"
+            f"{unfinished:,} requests unfinished when the run stopped, more than a stable "
+            f"fleet holds ({backlog_at_mid:,} in the system at mid-run)"
         )
-    elif share_judged and share < UNSTABLE_SHARE and growth >= max(MIN_BACKLOG_GROWTH, 3 * noise):
+    elif arrivals < MIN_ARRIVALS or span <= 0:
+        out["reason"] = f"{arrivals} arrivals in the second half: too few to judge"
+    elif deficit >= max(UNSTABLE_DEFICIT * arrivals, MIN_DEFICIT, UNSTABLE_SIGMAS * sigma):
         out["verdict"] = "unstable"
         out["reason"] = (
-            f"served {share:.0%} of the second half's arrivals: the backlog (waiting and "
-            f"running) grows by {growth:,} requests, so latencies grow with the run's length"
+            f"{offered:.3g} req/s arrive, the fleet never served more than {capacity:.3g} "
+            "req/s: the backlog grows, so latencies grow with the run's length"
         )
-    elif delay_grows and rise >= UNSTABLE_SLOPE:
+    elif grows:
         out["verdict"] = "unstable"
         out["reason"] = (
-            f"queueing delay grows {rise:.2g} s per second of arrivals: the queue grows, "
-            "so latencies grow with the run's length"
+            f"the backlog (waiting and running) grew by {trend:,.0f} requests over the second "
+            f"half ({trend / max(arrivals, 1):.0%} of its arrivals), so latencies grow with "
+            "the run's length"
         )
-    elif (share_judged and share < NEAR_SHARE and growth >= 2 * noise) or (
-        delay_grows and rise >= NEAR_SLOPE
-    ):
+    elif stay_s is not None and stay_s > span:
+        out["verdict"] = "undetermined"
+        out["reason"] = (
+            f"a request stays {stay_s:.3g} s, longer than the {span:.3g} s judged: too "
+            "short a run to show a steady state; run longer"
+        )
+    elif creeps or deficit >= max(NEAR_DEFICIT * arrivals, NEAR_SIGMAS * sigma):
         out["verdict"] = "near_saturation"
-        served = f"served {share:.0%} of the second half's arrivals, " if share_judged else ""
         out["reason"] = (
-            f"{served}queueing delay growing {rise:.2g} s per second: close to capacity, "
-            "latencies depend on the run's length"
+            f"{offered:.3g} req/s arrive against a best of {capacity:.3g} req/s, the backlog "
+            f"grew by {trend:,.0f}: close to capacity, latencies depend on the run's length"
         )
-    elif arrivals < MIN_ARRIVALS:
-        out["reason"] = f"{arrivals} arrivals in the second half: too few to judge a trend"
     else:
-        out["reason"] = "no growing queue in the second half of the arrivals"
-    if out["verdict"] != "stable" and run_end > first:
-        # saturated: what it served on average from the first arrival to the last completion
-        out["service_capacity_requests_per_s"] = num_completed / (run_end - first)
+        out["reason"] = "the fleet kept up with the second half of the arrivals"
+    if out["verdict"] in ("unstable", "near_saturation") and arrivals and span > 0:
+        out["service_capacity_requests_per_s"] = capacity
     if paced_by_client:
         out["reason"] += (
             "; the client waits for the fleet before sending (closed loop or a cap), so "

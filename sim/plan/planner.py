@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.replications import Point, evaluate
@@ -63,8 +64,8 @@ class PlanConfig(StrictModel):
     # if the arrival rate were this much higher (sim.step_time_scale, sim.arrival_rate_scale)
     step_time_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
     rate_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
-    # the headroom: the rate multiple at which the chosen fleet turns unstable, searched up to
-    # this multiple (null: not searched)
+    # the headroom: the rate multiple at which the chosen fleet stops being stable (the knee),
+    # searched up to this multiple (null: not searched)
     max_headroom: Annotated[float, Field(gt=1)] | None = None
 
 
@@ -98,15 +99,30 @@ def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
     node = OmegaConf.load(config_dir() / "plan" / "default.yaml")
     try:
         given = OmegaConf.from_dotlist([o.removeprefix("plan.") for o in mine])
-    except Exception as err:  # OmegaConf's grammar errors have many types
-        raise ConfigError("plan", " ".join(mine), f"cannot parse: {err}") from None
-    merged = OmegaConf.to_container(OmegaConf.merge(node, given))
+        merged = OmegaConf.to_container(OmegaConf.merge(node, given))
+    except Exception as err:  # OmegaConf's grammar and merge errors have many types
+        reason = " ".join(str(err).split())
+        raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
+    for override in rest:
+        key = override.split("=", 1)[0].lstrip("+~")
+        require(
+            key not in PLANNED,
+            key,
+            override.split("=", 1)[-1],
+            "fleetcast plan sets it (the replica count it searches, the seeds of the "
+            "replications); leave it out",
+        )
     return validate(PlanConfig, merged, "plan"), rest
+
+
+# keys the planner sets for every simulation: a candidate or the base may not
+PLANNED = ("fleet.replicas", "seed")
 
 
 def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
     """Every combination of the grid, as overrides (one empty candidate for no grid)."""
     for key, values in grid.items():
+        require(key not in PLANNED, f"plan.grid.{key}", values, "fleetcast plan sets it")
         require(
             isinstance(values, list) and bool(values),
             f"plan.grid.{key}",
@@ -147,11 +163,15 @@ class Simulations:
         from sim.run import simulate
 
         overrides = self.overrides(candidate, replicas, replication)
-        key = hashlib.sha256(json.dumps(overrides).encode()).hexdigest()[:20]
+        cfg = compose_config(overrides)
+        # the resolved config and this Fleetcast: a changed catalog entry, config default or
+        # version is a new simulation, never a stale one (a trace file's content is not hashed)
+        identity = json.dumps([cfg, sim.__version__], sort_keys=True, default=str)
+        key = hashlib.sha256(identity.encode()).hexdigest()[:24]
         path = self.folder / f"{key}.json"
         if path.is_file():
             return json.loads(path.read_text())["summary"]
-        summary = simulate(compose_config(overrides)).summary
+        summary = simulate(cfg).summary
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
         tmp.write_text(json.dumps({"overrides": overrides, "summary": summary}))
@@ -208,7 +228,8 @@ def _headroom(
     candidate: list[str], replicas: int, sims: Simulations, most: float
 ) -> dict[float, dict[str, Any]]:
     """The chosen fleet at rising rate multiples (one replication each): 1.25, 2.5, 5, ...
-    until unstable or past ``most``, then bisected (in ratio) to within 5%."""
+    until it is no longer ``stable`` (near saturation, undetermined or unstable: the knee) or
+    past ``most``, then bisected (in ratio) to within 5%."""
     seen: dict[float, dict[str, Any]] = {}
 
     def unstable(k: float) -> bool:
@@ -216,7 +237,7 @@ def _headroom(
         if k not in seen:
             extra = [f"sim.arrival_rate_scale={k:g}"]
             seen[k] = sims.summary([*candidate, *extra], replicas, 0)
-        return (seen[k].get("stability") or {}).get("verdict") == "unstable"
+        return (seen[k].get("stability") or {}).get("verdict") != "stable"
 
     low, k = 1.0, 1.25
     while not unstable(k):
@@ -235,9 +256,9 @@ def _headroom(
 
 
 def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
-    """(the largest multiple not unstable, the smallest unstable one or None)."""
+    """(the largest multiple still stable, the smallest past the knee or None)."""
     bad = sorted(
-        k for k, s in seen.items() if (s.get("stability") or {}).get("verdict") == "unstable"
+        k for k, s in seen.items() if (s.get("stability") or {}).get("verdict") != "stable"
     )
     good = [k for k in seen if not bad or k < bad[0]]
     return max(good, default=1.0), (bad[0] if bad else None)
@@ -284,7 +305,7 @@ def _answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
             stable_up_to, unstable_at = headroom_bounds(answer.headroom)
             out["headroom"] = {
                 "stable_up_to_rate_x": stable_up_to,
-                "unstable_at_rate_x": unstable_at,
+                "not_stable_at_rate_x": unstable_at,
                 "evaluated": {
                     f"{k:g}": (s.get("stability") or {}).get("verdict")
                     for k, s in sorted(answer.headroom.items())
@@ -340,7 +361,8 @@ def _rows(answers: list[Answer], sims: Simulations, grid_keys: list[str]) -> pa.
         for k, summary in sorted(answer.headroom.items()):
             assert answer.replicas is not None
             add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
-    return pa.Table.from_pylist(rows)
+    names = list(dict.fromkeys(name for row in rows for name in row))  # every column, in order
+    return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in rows])
 
 
 def ranked_table(plan_json: dict[str, Any]) -> str:
@@ -370,9 +392,9 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         ]
         room = c.get("headroom")
         if room:
-            at = room["unstable_at_rate_x"]
+            at = room["not_stable_at_rate_x"]
             extras.append(
-                f"unstable at x{at:.3g} the rate"
+                f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate, not at x{at:.3g}"
                 if at
                 else f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate (no knee found)"
             )
@@ -404,7 +426,10 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     ).expanduser()
     each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
     for candidate in each:  # every candidate's overrides composed before any simulation runs
-        check_overrides(candidate)
+        for override in candidate:
+            key = override.split("=", 1)[0].lstrip("+~")
+            require(key not in PLANNED, key, override, "fleetcast plan sets it")
+        check_overrides([*base, *candidate])
         compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
     sims = Simulations(base, folder, seed)
     # an example summary (one replica of the base deployment) names the statistics

@@ -9,10 +9,13 @@ independent replications, Law & Kelton ch. 9).
 
 The decision at a point:
 
-- ``misses`` as soon as a replication is ``unstable`` (its latencies grow with the run's
-  length: no count of replications makes them usable), or some statistic's whole interval is
-  on the wrong side of its bound;
-- ``meets`` when every statistic's whole interval is on the right side;
+- ``misses`` as soon as a replication is grossly ``unstable`` (it served under half of what
+  arrived: no count of replications makes its latencies usable), or some statistic's whole
+  interval is on the wrong side of its bound;
+- ``meets`` when every statistic's whole interval is on the right side, unless half or more
+  of the replications were not ``stable`` (``unstable``, ``undetermined`` or
+  ``near_saturation``: latencies that depend on the run's length; a short run near capacity
+  is called one of these by chance now and then, so one replication does not decide);
 - otherwise undecided: one more replication, up to ``max_replications``, where the means
   decide.
 
@@ -125,21 +128,28 @@ def evaluate(
     docstring)."""
     summaries: list[dict[str, Any]] = []
     statistics = [Statistic(c) for c in constraints]
+
+    def done(decision: str, reason: str) -> Point:
+        unusable = sum(_unusable(s) for s in summaries)
+        if decision == "meets" and 2 * unusable >= len(summaries):
+            decision = "misses"
+            reason = f"not stable in {unusable} of {len(summaries)} replications"
+        return Point(replicas, summaries, statistics, decision, reason)
+
     while True:
         summary = run(len(summaries))
         summaries.append(summary)
         for s in statistics:
             s.values.append(s.constraint.value(summary))
-        verdict = (summary.get("stability") or {}).get("verdict")
-        if verdict == "unstable":
+        stability = summary.get("stability") or {}
+        share = stability.get("served_share")
+        if stability.get("verdict") == "unstable" and share is not None and share < 0.5:
+            # grossly overloaded: half of what arrives is left; no replication changes that
             return Point(replicas, summaries, statistics, "misses", "unstable")
         if len(summaries) == 2 and summaries[0] == summaries[1]:
             # a replay with no randomness (a trace, no random router): more seeds add nothing
             ok = all(s.constraint.met_by(s.values[0]) for s in statistics)
-            return Point(
-                replicas,
-                summaries,
-                statistics,
+            return done(
                 "meets" if ok else "misses",
                 "identical replications (nothing random in the run): decided on one",
             )
@@ -148,19 +158,22 @@ def evaluate(
         sides = [s.side(confidence) for s in statistics]
         if "misses" in sides:
             missed = statistics[sides.index("misses")].constraint
-            return Point(replicas, summaries, statistics, "misses", f"{missed} missed")
+            return done("misses", f"{missed} missed")
         if all(side == "meets" for side in sides):
-            return Point(replicas, summaries, statistics, "meets", "every SLO met")
+            return done("meets", "every SLO met")
         if len(summaries) >= max_replications:
             means = [s.interval(confidence) for s in statistics]
             ok = all(
                 m is not None and s.constraint.met_by(m[0])
                 for s, m in zip(statistics, means, strict=True)
             )
-            return Point(
-                replicas,
-                summaries,
-                statistics,
+            return done(
                 "meets" if ok else "misses",
                 f"undecided after {len(summaries)} replications: by the means",
             )
+
+
+def _unusable(summary: dict[str, Any]) -> bool:
+    """A replication whose latencies are not a steady state's (``sim.output.stability``)."""
+    verdict = (summary.get("stability") or {}).get("verdict")
+    return verdict in ("unstable", "undetermined", "near_saturation")

@@ -64,9 +64,15 @@ def test_slo_grammar_and_values():
         parse("ttft_s.p42 <= 1", {"ttft_s": {"p99": 1.0}})
 
 
-def _runs(values, verdict="stable"):
+def _runs(values, verdict="stable", share=1.0):
     """A run function giving summaries whose ttft_s.mean follows ``values``."""
-    return lambda r: {"ttft_s": {"mean": values[r]}, "stability": {"verdict": verdict}}
+    return lambda r: {
+        "ttft_s": {"mean": values[r]},
+        "stability": {
+            "verdict": verdict if isinstance(verdict, str) else verdict[r],
+            "served_share": share,
+        },
+    }
 
 
 def test_replications_decide_as_soon_as_the_interval_is_clear():
@@ -116,10 +122,10 @@ def test_identical_replications_are_a_run_with_nothing_random():
     assert point.statistics[0].interval(0.95) == (0.9, 0.9, 0.9)
 
 
-def test_an_unstable_replication_misses_at_once():
+def test_a_grossly_unstable_replication_misses_at_once():
     point = evaluate(
         2,
-        _runs([0.1] * 5, verdict="unstable"),
+        _runs([0.1] * 5, verdict="unstable", share=0.3),
         [parse("ttft_s.mean <= 1")],
         min_replications=3,
         max_replications=5,
@@ -127,6 +133,25 @@ def test_an_unstable_replication_misses_at_once():
     )
     assert point.decision == "misses" and point.reason == "unstable"
     assert point.replications == 1
+
+
+@pytest.mark.parametrize(
+    "verdicts, decision",
+    [
+        (["unstable", "stable", "stable"], "meets"),  # one by chance does not decide
+        (["near_saturation", "undetermined", "stable"], "misses"),  # most are not stable
+    ],
+)
+def test_a_count_needs_most_replications_stable(verdicts, decision):
+    point = evaluate(
+        2,
+        _runs([0.5, 0.52, 0.48], verdict=verdicts, share=0.95),
+        [parse("ttft_s.mean <= 1")],
+        min_replications=3,
+        max_replications=5,
+        confidence=0.95,
+    )
+    assert point.decision == decision and point.replications == 3
 
 
 def test_the_grid_is_every_combination_and_plan_keys_are_checked():
@@ -198,14 +223,13 @@ def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate,
     if knee:  # c servers of one request per D seconds: the queue grows past c / (rate D)
         room = answer["headroom"]
         capacity = expected / (rate * step)
-        assert room["stable_up_to_rate_x"] < room["unstable_at_rate_x"]
-        assert room["unstable_at_rate_x"] / room["stable_up_to_rate_x"] <= 1.06
-        assert room["unstable_at_rate_x"] == pytest.approx(capacity, rel=0.15)
+        assert room["stable_up_to_rate_x"] < room["not_stable_at_rate_x"]
+        assert room["not_stable_at_rate_x"] / room["stable_up_to_rate_x"] <= 1.06
+        assert room["not_stable_at_rate_x"] == pytest.approx(capacity, rel=0.15)
 
 
 def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys):
     argv = [
-        "fleet.replicas=1",
         "workload=poisson",
         "workload.num_requests=200",
         "workload.qps=10",
@@ -248,7 +272,69 @@ def test_the_command_writes_the_plan_folder_and_a_rerun_resumes(tmp_path, capsys
     assert json.loads((tmp_path / "plan.json").read_text()) == plan_json
 
 
-def test_bad_plan_input_is_one_line(capsys):
-    assert main(["plan.slo=[ttft < 1]"]) == 2
+@pytest.mark.parametrize(
+    "argv, starts",
+    [
+        (["plan.slo=[ttft < 1]"], "error: plan.slo="),
+        (["plan.grid=[1, 2]"], "error: plan="),
+        (["plan.slo=[ttft_s.p99 <= 1"], "error: plan="),
+        (["fleet.replicas=2"], "error: fleet.replicas='2': fleetcast plan sets it"),
+        (["plan.grid={seed: [1, 2]}"], "error: plan.grid.seed="),
+        (["plan.min_replications=5", "plan.max_replications=3"], "error: plan.min_replications"),
+    ],
+)
+def test_bad_plan_input_is_one_line(capsys, argv, starts):
+    assert main(["workload=poisson", "workload.num_requests=20", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: plan.slo=") and err.count("\n") == 1
+    assert err.startswith(starts) and err.count("\n") == 1, err
+
+
+def test_a_candidate_the_catalog_cannot_run_is_infeasible_with_the_reason(tmp_path):
+    _, plan = run_plan(
+        [
+            "workload=poisson",
+            "workload.num_requests=50",
+            "plan.slo=[ttft_s.p99 <= 5]",
+            "plan.candidates=[[hardware=a100_80g, precision.weights=fp8]]",
+            "plan.step_time_scales=[]",
+            "plan.rate_scales=[]",
+            "plan.max_headroom=null",
+            f"plan.output_dir={tmp_path}",
+        ],
+        progress=False,
+    )
+    (c,) = plan["candidates"]
+    assert not c["feasible"] and "no fp8 tensor cores" in c["reason"]
+
+
+def test_a_load_grid_composes_with_the_base_workload(tmp_path):
+    _, plan = run_plan(
+        [
+            "workload=poisson",
+            "workload.num_requests=60",
+            "plan.grid={workload.qps: [2, 4]}",
+            "plan.slo=[ttft_s.p99 <= 5]",
+            "plan.step_time_scales=[]",
+            "plan.rate_scales=[]",
+            "plan.max_headroom=null",
+            "plan.jobs=1",
+            f"plan.output_dir={tmp_path}",
+        ],
+        progress=False,
+    )
+    assert [c["candidate"] for c in plan["candidates"]] == ["workload.qps=2", "workload.qps=4"]
+
+
+def test_the_run_cache_is_keyed_by_the_resolved_config_and_version(tmp_path, monkeypatch):
+    import sim
+    from sim.plan.planner import Simulations
+
+    sims = Simulations(["workload=poisson", "workload.num_requests=20"], tmp_path, 0)
+    first = sims.summary([], 1, 0)
+    assert len(list((tmp_path / "runs").iterdir())) == 1
+    assert sims.summary([], 1, 0) == first  # read back
+    assert len(list((tmp_path / "runs").iterdir())) == 1
+    # the same overrides under another Fleetcast are simulated anew, never read back stale
+    monkeypatch.setattr(sim, "__version__", "0.0.0-other")
+    sims.summary([], 1, 0)
+    assert len(list((tmp_path / "runs").iterdir())) == 2
