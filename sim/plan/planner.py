@@ -484,6 +484,9 @@ def _tell(answer: Answer, done: int, total: int) -> None:
 
 def main(argv: list[str]) -> int:
     """``fleetcast plan [overrides] [plan.KEY=VALUE ...]``."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(__doc__)
+        return 0
     try:
         folder, plan_json = run_plan(argv, progress=True)
     except ConfigError as err:

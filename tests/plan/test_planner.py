@@ -377,3 +377,8 @@ def test_the_intervals_cover_the_long_run_mean_at_their_nominal_rate():
         _, low, high = point.statistics[0].interval(0.95)
         covered += low <= truth <= high
     assert covered >= 33, covered  # 35 of 40 when written
+
+
+def test_help_prints_the_usage(capsys):
+    assert main(["--help"]) == 0
+    assert "fleetcast plan [overrides]" in capsys.readouterr().out
