@@ -17,8 +17,11 @@ say what to plan. Each candidate (one combination of ``plan.grid``) is searched
   tokens, each SLO statistic's mean and confidence interval, the probability of a miss, the
   stability verdicts, every point evaluated; infeasible candidates with the reason;
 
-and the ranked table is printed at the end. Left out (to come): sensitivity to step-time and
-rate errors, the headroom to the knee, and running the points through Hydra's launchers.
+and the ranked table is printed at the end. At each answer the plan adds what-ifs (the count
+with steps 10% faster or slower, and with 20% more traffic, searched outward from the answer)
+and the headroom (the rate multiple at which the chosen fleet stops being stable). Left out
+(to come): running the points through Hydra's launchers (candidates run in parallel on local
+processes, ``plan.jobs``), and a trace's content in the run cache's key.
 """
 
 from __future__ import annotations
