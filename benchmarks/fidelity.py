@@ -355,8 +355,23 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="with --roofline: one more config override for every run (repeatable)",
     )
+    parser.add_argument(
+        "--harness",
+        action="store_true",
+        help="then the table per harness data set: roofline defaults, and after calibrate "
+        "--bench on the other data sets and on a data set's own runs "
+        "(benchmarks/fidelity_calibrate_bench.py; about 5 minutes)",
+    )
     parser.add_argument("--emit-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.harness:
+        from fidelity_calibrate_bench import main as harness_tables
+
+        with tempfile.TemporaryDirectory(prefix="fleetcast_fit_") as scratch:
+            evaluate(args, Path(scratch))
+        sys.argv = [sys.argv[0]]
+        harness_tables()
+        return
     if args.roofline:
         roofline_report(args)
         return
