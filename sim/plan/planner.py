@@ -61,6 +61,8 @@ class PlanConfig(StrictModel):
     min_replications: Count = 3
     max_replications: Count = 10
     confidence: float = Field(0.95, gt=0, lt=1)
+    # the largest share of a chosen count's replications that may miss an SLO
+    max_miss_probability: float = Field(0.2, ge=0, le=1)
     jobs: Count | None = None
     output_dir: str | None = None
     # what-ifs at each answer: the count if every step were this much slower or faster, and
@@ -196,6 +198,7 @@ def plan_candidate(
                 min_replications=plan.min_replications,
                 max_replications=plan.max_replications,
                 confidence=plan.confidence,
+                max_miss_probability=plan.max_miss_probability,
             )
 
         return smallest_meeting(
@@ -460,6 +463,7 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     plan_json = {
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,
+        "max_miss_probability": plan.max_miss_probability,
         "base_overrides": base,
         "seed": seed,
         "candidates": [_answer_json(a, plan) for a in ordered],

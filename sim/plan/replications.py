@@ -22,6 +22,10 @@ The decision at a point:
 Two identical replications mean nothing in the run is random (a trace replayed with a
 deterministic router): the decision is taken on them, and the intervals have no width.
 
+A count that meets by its intervals still misses when more of its replications missed an SLO
+than ``max_miss_probability`` allows (``plan.max_miss_probability``), so the plan never
+answers with a count that misses more often than it says it may.
+
 ``miss_probability`` is the share of replications in which some SLO was missed (the chance
 that a run like these misses), with its replication count.
 """
@@ -123,6 +127,7 @@ def evaluate(
     min_replications: int,
     max_replications: int,
     confidence: float,
+    max_miss_probability: float = 1.0,
 ) -> Point:
     """Replicate ``run(replication)`` (a summary) until the decision is clear (module
     docstring)."""
@@ -130,11 +135,18 @@ def evaluate(
     statistics = [Statistic(c) for c in constraints]
 
     def done(decision: str, reason: str) -> Point:
+        point = Point(replicas, summaries, statistics, decision, reason)
         unusable = sum(_unusable(s) for s in summaries)
         if decision == "meets" and 2 * unusable >= len(summaries):
-            decision = "misses"
-            reason = f"not stable in {unusable} of {len(summaries)} replications"
-        return Point(replicas, summaries, statistics, decision, reason)
+            point.decision = "misses"
+            point.reason = f"not stable in {unusable} of {len(summaries)} replications"
+        elif decision == "meets" and point.miss_probability > max_miss_probability:
+            point.decision = "misses"
+            point.reason = (
+                f"an SLO missed in {point.miss_probability:.0%} of {len(summaries)} "
+                f"replications, above plan.max_miss_probability={max_miss_probability:g}"
+            )
+        return point
 
     while True:
         summary = run(len(summaries))

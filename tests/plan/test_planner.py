@@ -108,6 +108,30 @@ def test_t_quantiles_match_scipy(df):
         assert t_quantile(p, df) == pytest.approx(t.ppf(p, df), rel=2e-3)
 
 
+def test_a_count_whose_replications_miss_too_often_misses():
+    # the interval says it meets, but one replication in three missed: above a 0.2 allowance
+    values = [0.5, 0.55, 1.02, 0.52, 0.51]
+    point = evaluate(
+        2,
+        _runs(values),
+        [parse("ttft_s.mean <= 1.1")],
+        min_replications=3,
+        max_replications=3,
+        confidence=0.5,
+    )
+    assert point.decision == "meets"
+    point = evaluate(
+        2,
+        _runs(values),
+        [parse("ttft_s.mean <= 1")],
+        min_replications=3,
+        max_replications=3,
+        confidence=0.5,
+        max_miss_probability=0.2,
+    )
+    assert point.decision == "misses" and "above plan.max_miss_probability=0.2" in point.reason
+
+
 def test_identical_replications_are_a_run_with_nothing_random():
     point = evaluate(
         3,
@@ -213,6 +237,7 @@ def test_the_plan_of_an_md1_fleet_is_the_count_the_formula_gives(tmp_path, rate,
     )
     (answer,) = plan_json["candidates"]
     assert answer["replicas"] == expected
+    assert answer["miss_probability"] <= plan_json["max_miss_probability"]
     stat = answer["slo"][f"ttft_s.mean <= {bound:g}"]
     assert stat["ci_low"] <= stat["mean"] <= stat["ci_high"] <= bound
     formula = md1_mean_ttft(rate, step, expected)
