@@ -32,6 +32,7 @@ import json
 import math
 import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -444,21 +445,20 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
     answers: dict[int, Answer] = {}
     jobs = min(plan.jobs or os.cpu_count() or 1, len(each))
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            futures = {
-                pool.submit(plan_candidate, c, sims, constraints, plan): i
-                for i, c in enumerate(each)
-            }
-            for future in as_completed(futures):
-                answers[futures[future]] = future.result()
-                if progress:
-                    _tell(answers[futures[future]], len(answers), len(each))
-    else:
-        for i, candidate in enumerate(each):
-            answers[i] = plan_candidate(candidate, sims, constraints, plan)
-            if progress:
-                _tell(answers[i], i + 1, len(each))
+    with _Progress(folder / "runs", len(each), progress) as bar:
+        if jobs > 1:
+            with ProcessPoolExecutor(jobs) as pool:
+                futures = {
+                    pool.submit(plan_candidate, c, sims, constraints, plan): i
+                    for i, c in enumerate(each)
+                }
+                for future in as_completed(futures):
+                    answers[futures[future]] = future.result()
+                    bar.done(answers[futures[future]])
+        else:
+            for i, candidate in enumerate(each):
+                answers[i] = plan_candidate(candidate, sims, constraints, plan)
+                bar.done(answers[i])
     ordered = [answers[i] for i in range(len(each))]
     plan_json = {
         "slo": [str(c) for c in constraints],
@@ -479,14 +479,54 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     return folder, plan_json
 
 
-def _tell(answer: Answer, done: int, total: int) -> None:
-    found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
-    simulations = sum(p.replications for p in answer.points.values())
-    print(
-        f"[{done}/{total}] {answer.label}: {found} ({len(answer.points)} counts, "
-        f"{simulations} simulations)",
-        file=sys.stderr,
-    )
+class _Progress:
+    """One line per candidate as it is planned and, on a terminal, a progress bar over the
+    candidates whose postfix counts the simulations in the run cache so far (every half second,
+    by a thread: the searches run elsewhere). Silent unless ``shown``."""
+
+    def __init__(self, runs: Path, total: int, shown: bool) -> None:
+        self.runs, self.total, self.shown = runs, total, shown
+        self.planned = 0
+        self._stop = threading.Event()
+        self._bar: Any = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Progress:
+        if self.shown and sys.stderr.isatty():  # the lines alone in a log
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, unit="candidate", file=sys.stderr, leave=False)
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.5):
+            count = sum(1 for p in self.runs.glob("*.json")) if self.runs.is_dir() else 0
+            self._bar.set_postfix_str(f"{count} simulations")
+
+    def done(self, answer: Answer) -> None:
+        self.planned += 1
+        if not self.shown:
+            return
+        found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
+        simulations = sum(p.replications for p in answer.points.values())
+        line = (
+            f"[{self.planned}/{self.total}] {answer.label}: {found} ({len(answer.points)} "
+            f"counts, {simulations} simulations)"
+        )
+        if self._bar is None:
+            print(line, file=sys.stderr)
+            return
+        self._bar.write(line, file=sys.stderr)
+        self._bar.update(1)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._bar is not None:
+            self._bar.close()
 
 
 def main(argv: list[str]) -> int:
