@@ -25,6 +25,7 @@ from sim.engine.kv_cache import KVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.step_time.base import ScaledStepTime
+from sim.errors import ConfigError
 from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
@@ -112,7 +113,14 @@ def simulate(
         step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
     router = build(cfg["router"], "router", rng=rng.stream(run.seed, "router"))
     workload = build_workload(run.workload, run.seed)
-    if run.sim.arrival_rate_scale != 1.0 and workload.arrival_time_s is not None:
+    if run.sim.arrival_rate_scale != 1.0:
+        if workload.arrival_time_s is None:
+            raise ConfigError(
+                "sim.arrival_rate_scale",
+                run.sim.arrival_rate_scale,
+                "a closed loop has no arrival rate to scale (its clients send as requests "
+                "end): change workload.concurrency instead",
+            )
         # a what-if rate: the same requests, each arriving that much sooner
         workload = dataclasses.replace(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale

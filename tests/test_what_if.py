@@ -8,6 +8,7 @@ import pytest
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, ScaledStepTime
 from sim.engine.step_time.linear import LinearStepTime
+from sim.errors import ConfigError
 from sim.run import simulate
 from tests.scenarios import RANDOM
 from tests.support import columns, compose
@@ -51,7 +52,7 @@ def test_a_higher_rate_brings_the_same_requests_sooner():
     assert (fast["prompt_tokens"][fast_order] == one["prompt_tokens"][order]).all()
 
 
-def test_a_closed_loop_has_no_rate_to_scale():
+def test_a_closed_loop_has_no_rate_to_scale_and_says_so():
     loop = [
         "workload=closed_loop",
         "workload.num_requests=20",
@@ -59,6 +60,5 @@ def test_a_closed_loop_has_no_rate_to_scale():
         "fleet.replicas=1",
         "sim.progress=false",
     ]
-    a = simulate(compose(*loop)).summary
-    b = simulate(compose(*loop, "sim.arrival_rate_scale=3")).summary
-    assert a == b
+    with pytest.raises(ConfigError, match="^sim.arrival_rate_scale=3.0: a closed loop"):
+        simulate(compose(*loop, "sim.arrival_rate_scale=3"))

@@ -18,13 +18,19 @@ The rule, in order:
 - ``unstable``: a deficit of 10% of the half's arrivals or more, and at least 10 requests and
   three standard deviations of the half's arrival count (``sqrt(arrivals)``, as for Poisson
   arrivals): more arrives than the fleet ever served, beyond chance. 10% is a fleet at 1.11
-  times its capacity or more. Or a horizon that left more requests unfinished than 10% of the
-  run and twice the backlog at mid-run (more than a stable fleet has in flight).
+  times its capacity or more. Or, in a run whose median request stays no longer than the
+  half, the backlog (counted at 50 instants) gaining as much over the half, beyond 4.2 times
+  its scatter around that trend and three standard deviations of the arrivals (an engine that
+  batches everything completes faster as it falls behind, which hides the deficit). Or the
+  wait before the first step (queueing delay) growing 0.1 s per second of arrivals and 0.5 s
+  over the half. Or a horizon that left more requests unfinished than 10% of the run and twice
+  the backlog at mid-run (more than a stable fleet has in flight).
 - ``undetermined``: no request completed before a horizon; or, not unstable, but the median
   request stays (E2E) longer than ``H``: the
   run is too short beside its requests to show a steady state (a burst of long requests, all
   batched at once, completes in bursts that look like capacity); run longer.
-- ``near_saturation``: a deficit of 3% of the half's arrivals and two standard deviations:
+- ``near_saturation``: a deficit, or a backlog trend, of 3% of the half's arrivals and two
+  standard deviations:
   the fleet serves a little less than arrives. Its latencies depend on the run's length and on
   chance more than usual: run longer, or read them as lower bounds.
 - ``stable`` otherwise (also with fewer than 20 arrivals in the half: ``reason`` says so).
@@ -59,6 +65,8 @@ MIN_DEFICIT = 10  # requests
 UNFINISHED_SHARE = 0.1
 MIN_ARRIVALS = 20  # in the judged half
 BACKLOG_SAMPLES = 50  # instants the backlog is counted at over the judged half
+WAIT_SLOPE = 0.1  # seconds of queueing delay per second of arrivals
+WAIT_GROWTH_S = 0.5  # ... growing by at least this over the judged half
 
 
 def _mean(values: np.ndarray) -> float | None:
@@ -147,8 +155,15 @@ def stability(
     out["backlog_at_mid"] = backlog_at_mid
     # the trend speaks once a request's stay is short beside the half (else it is the fill)
     judged = stay_s is not None and stay_s <= span
-    grows = judged and trend >= max(UNSTABLE_DEFICIT * arrivals, MIN_DEFICIT, 4.2 * scatter)
-    creeps = judged and trend >= max(NEAR_DEFICIT * arrivals, 2.8 * scatter)
+    # beyond chance twice over: the scatter around the trend, and the arrivals' own count
+    # (a stable queue's backlog wanders like a random walk, which the scatter alone understates)
+    grows = judged and trend >= max(
+        UNSTABLE_DEFICIT * arrivals, MIN_DEFICIT, 4.2 * scatter, UNSTABLE_SIGMAS * sigma
+    )
+    creeps = judged and trend >= max(NEAR_DEFICIT * arrivals, 2.8 * scatter, NEAR_SIGMAS * sigma)
+    slope = out["queueing_delay_slope"]
+    # a wait queue growing by seconds: overload, however long requests stay
+    queue_grows = slope is not None and slope >= WAIT_SLOPE and slope * span >= WAIT_GROWTH_S
     if arrivals and span > 0:
         offered, capacity = arrivals / span, best / span
         out["offered_requests_per_s"] = offered
@@ -178,6 +193,12 @@ def stability(
             f"half ({trend / max(arrivals, 1):.0%} of its arrivals), so latencies grow with "
             "the run's length"
         )
+    elif queue_grows:
+        out["verdict"] = "unstable"
+        out["reason"] = (
+            f"the wait before the first step grows {slope:.2g} s per second of arrivals: the "
+            "queue grows, so latencies grow with the run's length"
+        )
     elif stay_s is not None and stay_s > span:
         out["verdict"] = "undetermined"
         out["reason"] = (
@@ -193,7 +214,9 @@ def stability(
     else:
         out["reason"] = "the fleet kept up with the second half of the arrivals"
     if out["verdict"] in ("unstable", "near_saturation") and arrivals and span > 0:
-        out["service_capacity_requests_per_s"] = capacity
+        # the best stretch's pace, when the fleet fell short of the arrivals (else it is not
+        # the fleet's limit, only what it did)
+        out["service_capacity_requests_per_s"] = capacity if deficit > 0 else None
     if paced_by_client:
         out["reason"] += (
             "; the client waits for the fleet before sending (closed loop or a cap), so "

@@ -9,8 +9,8 @@ say what to plan. Each candidate (one combination of ``plan.grid``) is searched
 (``sim.plan.search``) with each point replicated (``sim.plan.replications``) under seeds
 ``seed, seed + 1, ...``, the same for every candidate. The plan folder holds:
 
-- ``runs/``: one summary per simulation, named by its overrides' hash: a rerun into the same
-  folder reuses them (resumes);
+- ``runs/``: one summary per simulation, named by a hash of its resolved config and the
+  Fleetcast version: a rerun into the same folder reuses them (resumes);
 - ``plan.parquet``: one row per simulation (candidate, replicas, replication, seed, the point's
   decision, every summary number flattened as ``fleetcast collect`` does);
 - ``plan.json``: per candidate its answer: the replica count, $/hour and $ per million output
@@ -73,6 +73,8 @@ class PlanConfig(StrictModel):
     # the headroom: the rate multiple at which the chosen fleet stops being stable (the knee),
     # searched up to this multiple (null: not searched)
     max_headroom: Annotated[float, Field(gt=1)] | None = None
+    # the first replication's seed (then seed + 1, ...); null: the config's seed
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
 
 
 @dataclass
@@ -427,7 +429,10 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
         f"must be <= plan.max_replications ({plan.max_replications})",
     )
     cfg = compose_config(base)
-    seed = int(cfg.get("seed", 0))
+    seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
+    if cfg["workload"].get("kind") == "closed_loop" and (plan.rate_scales or plan.max_headroom):
+        # no arrival rate to scale: the clients send as requests end
+        plan = plan.model_copy(update={"rate_scales": [], "max_headroom": None})
     folder = Path(
         plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     ).expanduser()

@@ -63,7 +63,7 @@ def test_twice_the_capacity_is_unstable_and_the_capacity_is_measured():
 
 
 def test_eight_percent_over_capacity_is_near_saturation():
-    arrival, completion, delay = _dd1(1.0 / 1.08, 1.0, 600)
+    arrival, completion, delay = _dd1(1.0 / 1.08, 1.0, 2000)
     out = stability(_columns(arrival, completion, delay), warmup_requests=0, paced_by_client=False)
     assert out["verdict"] == "near_saturation"
     assert out["queueing_delay_slope"] == pytest.approx(0.08, rel=0.01)
@@ -206,3 +206,11 @@ def test_a_closed_loop_is_paced_by_its_clients():
     out = simulate(cfg).summary["stability"]
     assert out["paced_by_client"] and out["verdict"] == "stable"
     assert "the client waits for the fleet" in out["reason"]
+
+
+@pytest.mark.parametrize("scale", [25, 30])
+def test_the_default_run_overloaded_stays_unstable_as_requests_stay_longer(scale):
+    # overload makes requests stay longer than the judged half: the growing wait still says
+    # unstable (never undetermined, which would hide it)
+    cfg = compose_config([f"workload.rate_scale={scale}", "sim.progress=false"])
+    assert simulate(cfg).summary["stability"]["verdict"] == "unstable"
