@@ -32,14 +32,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from sim.calibration.bench_fit import (
-    REPORTED,
-    BenchRun,
-    errors,
-    fit,
-    prepare,
-    simulate_runs,
-)
+from sim.calibration.bench_fit import fit, simulate_runs
+from sim.calibration.bench_runs import REPORTED, BenchRun, errors, prepare
 
 DATA_SETS = {
     "vLLM 70B TP8 A100-40GB": (

@@ -3,8 +3,9 @@
 - ``calibrate``: ``fleetcast calibrate``, the command (where a profile may be written);
 - ``step_fit``: a profile fitted to a per-step CSV (NNLS on the linear contract);
 - ``kernels``: a profile built from per-kernel timing tables;
-- ``bench_fit``: the roofline's global terms fitted to measured serving benchmarks (each run
-  simulated as its harness ran it), with runs held out;
+- ``bench_runs``: the measured runs of benchmark files, each composed into the config that
+  replays it as its harness ran it, with the figures it is scored on and the held-out split;
+- ``bench_fit``: the roofline's global terms fitted to those runs;
 - ``fitting``: what every fit shares (held-out rows, their error, the sources' checksums);
 - ``profiler``: ``fleetcast profile``, timing engine steps of a catalog model with PyTorch;
 - ``profiler_model``: the random-weight transformer the profiler times.

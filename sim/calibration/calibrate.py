@@ -227,12 +227,8 @@ def _is_override(word: str) -> bool:
 
 def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
     """``--bench``: fit, write the profile, print the terms and the error before and after."""
-    from sim.calibration.bench_fit import (
-        DEFAULT_HOLDOUT_EVERY,
-        DEFAULT_MAX_EVALS,
-        REPORTED,
-        calibrate_bench,
-    )
+    from sim.calibration.bench_fit import DEFAULT_MAX_EVALS, calibrate_bench
+    from sim.calibration.bench_runs import DEFAULT_HOLDOUT_EVERY, REPORTED
 
     files = [
         (name, [word for word in group if _is_override(word)])

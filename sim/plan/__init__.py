@@ -5,8 +5,12 @@ uncertainty of each figure.
 - ``replications``: independent replications of one point (seeds), their confidence intervals
   and the decision (meets, misses, or run more) with the probability of a miss;
 - ``search``: the smallest replica count that meets, by bracketing and bisection;
-- ``planner``: the command: candidates from a grid, the searches, the plan folder
-  (``plan.parquet``, ``plan.json``, a run cache that makes a rerun resume) and the ranked table.
+- ``runs``: each simulation of a plan, run once and cached in the plan folder (a rerun
+  resumes);
+- ``answer``: what a plan found per candidate, as ``plan.json``, ``plan.parquet`` rows and the
+  ranked table;
+- ``planner``: the command: the plan's settings, candidates from a grid or a list, the
+  searches with their what-ifs and headroom, the plan folder and the progress.
 
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``

@@ -26,7 +26,6 @@ processes, ``plan.jobs``), and a trace's content in the run cache's key.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -34,19 +33,18 @@ import os
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
+from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
 from sim.plan.replications import Point, evaluate
+from sim.plan.runs import Simulations
 from sim.plan.search import smallest_meeting
 from sim.plan.slo import Constraint, parse
 
@@ -75,25 +73,6 @@ class PlanConfig(StrictModel):
     max_headroom: Annotated[float, Field(gt=1)] | None = None
     # the first replication's seed (then seed + 1, ...); null: the config's seed
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
-
-
-@dataclass
-class Answer:
-    """One candidate's result."""
-
-    label: str
-    overrides: list[str]
-    replicas: int | None  # None: infeasible within max_replicas
-    points: dict[int, Point]
-    reason: str
-    # what-if name -> (its smallest count or None, its points)
-    whatifs: dict[str, tuple[int | None, dict[int, Point]]] = field(default_factory=dict)
-    # rate multiple -> the chosen fleet's summary at it (one replication)
-    headroom: dict[float, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def chosen(self) -> Point | None:
-        return None if self.replicas is None else self.points[self.replicas]
 
 
 def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
@@ -146,45 +125,6 @@ def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
 
 def _text(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
-class Simulations:
-    """Runs one point's replication (composing its config), cached in the plan folder."""
-
-    def __init__(self, base: list[str], folder: Path, seed: int) -> None:
-        self.base = base
-        self.folder = folder / "runs"
-        self.seed = seed
-
-    def overrides(self, candidate: list[str], replicas: int, replication: int) -> list[str]:
-        return [
-            *self.base,
-            *candidate,
-            f"fleet.replicas={replicas}",
-            f"seed={self.seed + replication}",
-            "sim.progress=false",
-            "output_dir=null",
-        ]
-
-    def summary(self, candidate: list[str], replicas: int, replication: int) -> dict[str, Any]:
-        from sim.config.compose import compose_config
-        from sim.run import simulate
-
-        overrides = self.overrides(candidate, replicas, replication)
-        cfg = compose_config(overrides)
-        # the resolved config and this Fleetcast: a changed catalog entry, config default or
-        # version is a new simulation, never a stale one (a trace file's content is not hashed)
-        identity = json.dumps([cfg, sim.__version__], sort_keys=True, default=str)
-        key = hashlib.sha256(identity.encode()).hexdigest()[:24]
-        path = self.folder / f"{key}.json"
-        if path.is_file():
-            return json.loads(path.read_text())["summary"]
-        summary = simulate(cfg).summary
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_text(json.dumps({"overrides": overrides, "summary": summary}))
-        tmp.replace(path)
-        return summary
 
 
 def plan_candidate(
@@ -264,157 +204,6 @@ def _headroom(
     return seen
 
 
-def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
-    """(the largest multiple still stable, the smallest past the knee or None)."""
-    bad = sorted(
-        k for k, s in seen.items() if (s.get("stability") or {}).get("verdict") != "stable"
-    )
-    good = [k for k in seen if not bad or k < bad[0]]
-    return max(good, default=1.0), (bad[0] if bad else None)
-
-
-def _answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "candidate": answer.label,
-        "overrides": answer.overrides,
-        "feasible": answer.replicas is not None,
-        "replicas": answer.replicas,
-        "reason": answer.reason,
-        "evaluated": [
-            {
-                "replicas": p.replicas,
-                "decision": p.decision,
-                "reason": p.reason,
-                "replications": p.replications,
-            }
-            for _, p in sorted(answer.points.items())
-        ],
-    }
-    chosen = answer.chosen
-    if chosen is not None:
-        costs = [s["cost"] for s in chosen.summaries]
-        out["usd_per_hour"] = costs[0]["usd_per_hour"]
-        per_million = [c.get("usd_per_million_output_tokens") for c in costs]
-        known = [c for c in per_million if c is not None]
-        out["usd_per_million_output_tokens"] = sum(known) / len(known) if known else None
-        out["replications"] = chosen.replications
-        out["miss_probability"] = chosen.miss_probability
-        out["verdicts"] = [(s.get("stability") or {}).get("verdict") for s in chosen.summaries]
-        out["whatifs"] = {
-            name: {
-                "replicas": count,
-                "evaluated": [
-                    {"replicas": p.replicas, "decision": p.decision, "replications": p.replications}
-                    for _, p in sorted(pts.items())
-                ],
-            }
-            for name, (count, pts) in answer.whatifs.items()
-        }
-        if answer.headroom:
-            stable_up_to, unstable_at = headroom_bounds(answer.headroom)
-            out["headroom"] = {
-                "stable_up_to_rate_x": stable_up_to,
-                "not_stable_at_rate_x": unstable_at,
-                "evaluated": {
-                    f"{k:g}": (s.get("stability") or {}).get("verdict")
-                    for k, s in sorted(answer.headroom.items())
-                },
-            }
-        out["slo"] = {}
-        for stat in chosen.statistics:
-            found = stat.interval(plan.confidence)
-            out["slo"][str(stat.constraint)] = {
-                "bound": stat.constraint.bound,
-                "mean": None if found is None else found[0],
-                "ci_low": None if found is None else found[1],
-                "ci_high": None if found is None else found[2],
-            }
-    return out
-
-
-def _rows(answers: list[Answer], sims: Simulations, grid_keys: list[str]) -> pa.Table:
-    from sim.sweeps.runs import flatten
-
-    rows = []
-
-    def add(
-        answer: Answer,
-        scenario: str,
-        replicas: int,
-        replication: int,
-        summary: dict,
-        decision: str | None,
-    ) -> None:
-        given = dict(o.split("=", 1) for o in answer.overrides)
-        row: dict[str, Any] = {"candidate": answer.label, "scenario": scenario}
-        row.update({key: given.get(key) for key in grid_keys})
-        row.update(
-            {
-                "replicas": replicas,
-                "replication": replication,
-                "seed": sims.seed + replication,
-                "decision": decision,
-            }
-        )
-        for name, value in flatten(summary, keep_lists=False).items():
-            if isinstance(value, (int, float, str)) or value is None:
-                row[name] = value
-        rows.append(row)
-
-    for answer in answers:
-        scenarios = {"base": answer.points, **{n: p for n, (_, p) in answer.whatifs.items()}}
-        for scenario, points in scenarios.items():
-            for replicas, point in sorted(points.items()):
-                for replication, summary in enumerate(point.summaries):
-                    add(answer, scenario, replicas, replication, summary, point.decision)
-        for k, summary in sorted(answer.headroom.items()):
-            assert answer.replicas is not None
-            add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
-    names = list(dict.fromkeys(name for row in rows for name in row))  # every column, in order
-    return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in rows])
-
-
-def ranked_table(plan_json: dict[str, Any]) -> str:
-    """Cheapest first; infeasible candidates after, with their reason."""
-    from sim.output.summary_table import _num
-
-    feasible = [c for c in plan_json["candidates"] if c["feasible"]]
-    feasible.sort(key=lambda c: (c["usd_per_hour"], c["candidate"]))
-    confidence = plan_json["confidence"]
-    lines = [
-        f"{len(feasible)} of {len(plan_json['candidates'])} candidate(s) meet every SLO "
-        f"({', '.join(plan_json['slo'])}); cheapest first, {confidence:.0%} intervals:",
-    ]
-    for rank, c in enumerate(feasible, 1):
-        stats = "; ".join(
-            f"{name.split()[0]} {_num(s['mean'])} [{_num(s['ci_low'])}, {_num(s['ci_high'])}]"
-            for name, s in c["slo"].items()
-        )
-        lines.append(
-            f"{rank:>3}. {c['candidate']}: {c['replicas']} replica(s), "
-            f"${c['usd_per_hour']:,.2f}/hour, ${_num(c['usd_per_million_output_tokens'])}/M out"
-            f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
-        )
-        extras = [
-            f"{name}: {w['replicas'] if w['replicas'] is not None else 'infeasible'}"
-            for name, w in c.get("whatifs", {}).items()
-        ]
-        room = c.get("headroom")
-        if room:
-            at = room["not_stable_at_rate_x"]
-            extras.append(
-                f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate, not at x{at:.3g}"
-                if at
-                else f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate (no knee found)"
-            )
-        if extras:
-            lines.append("       what-if: " + "; ".join(extras))
-    for c in plan_json["candidates"]:
-        if not c["feasible"]:
-            lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
-    return "\n".join(lines)
-
-
 def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[str, Any]]:
     """Plan (module docstring); returns the plan folder and ``plan.json``'s object."""
     from sim.config.compose import check_overrides, compose_config
@@ -471,10 +260,10 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
         "max_miss_probability": plan.max_miss_probability,
         "base_overrides": base,
         "seed": seed,
-        "candidates": [_answer_json(a, plan) for a in ordered],
+        "candidates": [answer_json(a, plan) for a in ordered],
     }
     folder.mkdir(parents=True, exist_ok=True)
-    table = _rows(ordered, sims, list(plan.grid))
+    table = rows_table(ordered, seed, list(plan.grid))
     tmp = folder / ".plan.parquet.partial"
     pq.write_table(table, tmp)
     tmp.replace(folder / "plan.parquet")

@@ -11,16 +11,13 @@ import numpy as np
 import pytest
 
 from sim.calibration.bench_fit import (
-    BenchRun,
     calibrate_bench,
     fit,
     parameters,
-    prepare,
     simulate_runs,
-    simulated_figures,
-    targets,
     terms_at,
 )
+from sim.calibration.bench_runs import BenchRun, prepare, simulated_figures, targets
 from sim.config.compose import compose_config
 from sim.engine.step_time.bench_profile import TERMS, BenchProfile
 from sim.errors import ConfigError

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.csv as pacsv
 import pytest
 
-from sim.calibration.bench_fit import prepare
+from sim.calibration.bench_runs import prepare
 from sim.errors import ConfigError
 from sim.harness.formats import read_benchmark
 from sim.harness.replay import EVEN_BURSTINESS, HarnessLoad, harness_load

@@ -1,0 +1,185 @@
+"""What a plan found, and how it is written and shown: per candidate its answer (the chosen
+replica count and every point evaluated, the what-ifs, the headroom), as ``plan.json``'s
+object, as ``plan.parquet``'s rows (one per simulation) and as the ranked table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sim.plan.replications import Point
+
+if TYPE_CHECKING:
+    from sim.plan.planner import PlanConfig
+
+
+@dataclass
+class Answer:
+    """One candidate's result."""
+
+    label: str
+    overrides: list[str]
+    replicas: int | None  # None: infeasible within max_replicas
+    points: dict[int, Point]
+    reason: str
+    # what-if name -> (its smallest count or None, its points)
+    whatifs: dict[str, tuple[int | None, dict[int, Point]]] = field(default_factory=dict)
+    # rate multiple -> the chosen fleet's summary at it (one replication)
+    headroom: dict[float, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def chosen(self) -> Point | None:
+        return None if self.replicas is None else self.points[self.replicas]
+
+
+def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
+    """(the largest multiple still stable, the smallest past the knee or None)."""
+    bad = sorted(
+        k for k, s in seen.items() if (s.get("stability") or {}).get("verdict") != "stable"
+    )
+    good = [k for k in seen if not bad or k < bad[0]]
+    return max(good, default=1.0), (bad[0] if bad else None)
+
+
+def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "candidate": answer.label,
+        "overrides": answer.overrides,
+        "feasible": answer.replicas is not None,
+        "replicas": answer.replicas,
+        "reason": answer.reason,
+        "evaluated": [
+            {
+                "replicas": p.replicas,
+                "decision": p.decision,
+                "reason": p.reason,
+                "replications": p.replications,
+            }
+            for _, p in sorted(answer.points.items())
+        ],
+    }
+    chosen = answer.chosen
+    if chosen is not None:
+        costs = [s["cost"] for s in chosen.summaries]
+        out["usd_per_hour"] = costs[0]["usd_per_hour"]
+        per_million = [c.get("usd_per_million_output_tokens") for c in costs]
+        known = [c for c in per_million if c is not None]
+        out["usd_per_million_output_tokens"] = sum(known) / len(known) if known else None
+        out["replications"] = chosen.replications
+        out["miss_probability"] = chosen.miss_probability
+        out["verdicts"] = [(s.get("stability") or {}).get("verdict") for s in chosen.summaries]
+        out["whatifs"] = {
+            name: {
+                "replicas": count,
+                "evaluated": [
+                    {"replicas": p.replicas, "decision": p.decision, "replications": p.replications}
+                    for _, p in sorted(pts.items())
+                ],
+            }
+            for name, (count, pts) in answer.whatifs.items()
+        }
+        if answer.headroom:
+            stable_up_to, unstable_at = headroom_bounds(answer.headroom)
+            out["headroom"] = {
+                "stable_up_to_rate_x": stable_up_to,
+                "not_stable_at_rate_x": unstable_at,
+                "evaluated": {
+                    f"{k:g}": (s.get("stability") or {}).get("verdict")
+                    for k, s in sorted(answer.headroom.items())
+                },
+            }
+        out["slo"] = {}
+        for stat in chosen.statistics:
+            found = stat.interval(plan.confidence)
+            out["slo"][str(stat.constraint)] = {
+                "bound": stat.constraint.bound,
+                "mean": None if found is None else found[0],
+                "ci_low": None if found is None else found[1],
+                "ci_high": None if found is None else found[2],
+            }
+    return out
+
+
+def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Table:
+    from sim.sweeps.runs import flatten
+
+    rows = []
+
+    def add(
+        answer: Answer,
+        scenario: str,
+        replicas: int,
+        replication: int,
+        summary: dict,
+        decision: str | None,
+    ) -> None:
+        given = dict(o.split("=", 1) for o in answer.overrides)
+        row: dict[str, Any] = {"candidate": answer.label, "scenario": scenario}
+        row.update({key: given.get(key) for key in grid_keys})
+        row.update(
+            {
+                "replicas": replicas,
+                "replication": replication,
+                "seed": seed + replication,
+                "decision": decision,
+            }
+        )
+        for name, value in flatten(summary, keep_lists=False).items():
+            if isinstance(value, (int, float, str)) or value is None:
+                row[name] = value
+        rows.append(row)
+
+    for answer in answers:
+        scenarios = {"base": answer.points, **{n: p for n, (_, p) in answer.whatifs.items()}}
+        for scenario, points in scenarios.items():
+            for replicas, point in sorted(points.items()):
+                for replication, summary in enumerate(point.summaries):
+                    add(answer, scenario, replicas, replication, summary, point.decision)
+        for k, summary in sorted(answer.headroom.items()):
+            assert answer.replicas is not None
+            add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
+    names = list(dict.fromkeys(name for row in rows for name in row))  # every column, in order
+    return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in rows])
+
+
+def ranked_table(plan_json: dict[str, Any]) -> str:
+    """Cheapest first; infeasible candidates after, with their reason."""
+    from sim.output.summary_table import _num
+
+    feasible = [c for c in plan_json["candidates"] if c["feasible"]]
+    feasible.sort(key=lambda c: (c["usd_per_hour"], c["candidate"]))
+    confidence = plan_json["confidence"]
+    lines = [
+        f"{len(feasible)} of {len(plan_json['candidates'])} candidate(s) meet every SLO "
+        f"({', '.join(plan_json['slo'])}); cheapest first, {confidence:.0%} intervals:",
+    ]
+    for rank, c in enumerate(feasible, 1):
+        stats = "; ".join(
+            f"{name.split()[0]} {_num(s['mean'])} [{_num(s['ci_low'])}, {_num(s['ci_high'])}]"
+            for name, s in c["slo"].items()
+        )
+        lines.append(
+            f"{rank:>3}. {c['candidate']}: {c['replicas']} replica(s), "
+            f"${c['usd_per_hour']:,.2f}/hour, ${_num(c['usd_per_million_output_tokens'])}/M out"
+            f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
+        )
+        extras = [
+            f"{name}: {w['replicas'] if w['replicas'] is not None else 'infeasible'}"
+            for name, w in c.get("whatifs", {}).items()
+        ]
+        room = c.get("headroom")
+        if room:
+            at = room["not_stable_at_rate_x"]
+            extras.append(
+                f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate, not at x{at:.3g}"
+                if at
+                else f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate (no knee found)"
+            )
+        if extras:
+            lines.append("       what-if: " + "; ".join(extras))
+    for c in plan_json["candidates"]:
+        if not c["feasible"]:
+            lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
+    return "\n".join(lines)
