@@ -69,11 +69,6 @@ WAIT_SLOPE = 0.1  # seconds of queueing delay per second of arrivals
 WAIT_GROWTH_S = 0.5  # ... growing by at least this over the judged half
 
 
-def _mean(values: np.ndarray) -> float | None:
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if len(values) else None
-
-
 def stability(
     column: Callable[[str], np.ndarray], *, warmup_requests: int, paced_by_client: bool
 ) -> dict[str, Any]:
@@ -125,7 +120,6 @@ def stability(
         fit = np.polyfit(times - mid, backlog, 1)
         trend = float(fit[0] * span)  # requests the backlog gained over the half
         scatter = float(np.std(backlog - np.polyval(fit, times - mid)))
-    out_trend = trend
     done_in_half = int(((done > mid) & (done <= last)).sum())
     backlog_at_mid = (n - arrivals) - int((done <= mid).sum())
     best = 0
@@ -150,7 +144,7 @@ def stability(
     deficit = arrivals - best
     sigma = math.sqrt(max(arrivals, 1))
     offered = capacity = 0.0
-    out["backlog_trend"] = out_trend
+    out["backlog_trend"] = trend
     out["backlog_scatter"] = scatter
     out["backlog_at_mid"] = backlog_at_mid
     # the trend speaks once a request's stay is short beside the half (else it is the fill)

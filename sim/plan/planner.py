@@ -90,20 +90,25 @@ def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
     except Exception as err:  # OmegaConf's grammar and merge errors have many types
         reason = " ".join(str(err).split())
         raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
-    for override in rest:
+    refuse_planned(rest)
+    return validate(PlanConfig, merged, "plan"), rest
+
+
+# keys the planner sets for every simulation: a candidate or the base may not
+PLANNED = ("fleet.replicas", "seed")
+
+
+def refuse_planned(overrides: list[str]) -> None:
+    """ConfigError on the first override of a key the planner sets itself."""
+    for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         require(
             key not in PLANNED,
             key,
             override.split("=", 1)[-1],
             "fleetcast plan sets it (the replica count it searches, the seeds of the "
-            "replications); leave it out",
+            "replications; plan.seed gives the first); leave it out",
         )
-    return validate(PlanConfig, merged, "plan"), rest
-
-
-# keys the planner sets for every simulation: a candidate or the base may not
-PLANNED = ("fleet.replicas", "seed")
 
 
 def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
@@ -227,9 +232,7 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     ).expanduser()
     each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
     for candidate in each:  # every candidate's overrides composed before any simulation runs
-        for override in candidate:
-            key = override.split("=", 1)[0].lstrip("+~")
-            require(key not in PLANNED, key, override, "fleetcast plan sets it")
+        refuse_planned(candidate)
         check_overrides([*base, *candidate])
         compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
     sims = Simulations(base, folder, seed)

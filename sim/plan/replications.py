@@ -97,6 +97,15 @@ class Statistic:
         return "unsure"
 
 
+def missed_share(statistics: list[Statistic]) -> float:
+    """The share of replications in which some statistic missed its bound."""
+    count = len(statistics[0].values) if statistics else 0
+    missed = sum(
+        any(not s.constraint.met_by(s.values[i]) for s in statistics) for i in range(count)
+    )
+    return missed / count if count else 0.0
+
+
 @dataclass
 class Point:
     """A candidate at a replica count: its replications and the decision they support."""
@@ -113,11 +122,7 @@ class Point:
 
     @property
     def miss_probability(self) -> float:
-        missed = sum(
-            any(not s.constraint.met_by(s.values[i]) for s in self.statistics)
-            for i in range(self.replications)
-        )
-        return missed / self.replications
+        return missed_share(self.statistics)
 
 
 def evaluate(
@@ -173,12 +178,8 @@ def evaluate(
             missed = statistics[sides.index("misses")].constraint
             return done("misses", f"{missed} missed")
         if all(side == "meets" for side in sides):
-            missing = sum(
-                any(not s.constraint.met_by(s.values[i]) for s in statistics)
-                for i in range(len(summaries))
-            )
             if (
-                missing / len(summaries) <= max_miss_probability
+                missed_share(statistics) <= max_miss_probability
                 or len(summaries) >= max_replications
             ):
                 return done("meets", "every SLO met")
