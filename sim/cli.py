@@ -27,6 +27,7 @@
                                            a benchmark simulated as vllm bench serve runs it,
                                            reported in the harness's metrics
     fleetcast plan [overrides] [plan.slo=[...]] [plan.grid={...}] [plan.KEY=VALUE]
+                   [hydra/launcher=... hydra.launcher.KEY=VALUE]
                                            the smallest replica count meeting every SLO per
                                            candidate, with replications; cheapest first
 
@@ -43,7 +44,7 @@ from typing import Any, NoReturn, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from sim.config.compose import check_overrides
+from sim.config.compose import HYDRA_OVERRIDE, check_overrides
 from sim.errors import ConfigError, require
 from sim.resources import config_dir
 
@@ -68,21 +69,28 @@ def _fail(err: ConfigError) -> NoReturn:
     sys.exit(2)
 
 
-def _run_task(cfg: DictConfig) -> None:
+def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
     runtime = hydra_cfg.runtime
+    if str(hydra_cfg.sweeper.get("_target_", "")).endswith(".FleetcastPlanSweeper"):
+        # a simulation of `fleetcast plan`: its summary goes back to the plan
+        from sim.config.compose import to_dict
+        from sim.plan.runs import simulate_job
+
+        return simulate_job(to_dict(cfg), Path(runtime.output_dir))
     if hydra_cfg.mode == RunMode.MULTIRUN:
         # Every job has its own folder (output_dir=... became the sweep folder).
         _sweep_job(cfg, Path(runtime.output_dir), dict(runtime.choices))
-        return
+        return None
     output_dir = Path(cfg.get("output_dir") or runtime.output_dir)
     try:
         _simulate_into(cfg, output_dir, dict(runtime.choices))
     except ConfigError as err:
         _fail(err)
+    return None
 
 
 def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -> None:
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     if command == "plan":
         from sim.plan.planner import main as plan_main
 
-        sys.exit(plan_main(argv))
+        sys.exit(plan_main(argv, run_hydra))
     if command == "profile":
         from sim.calibration.profiler import main as profile_main
 
@@ -303,10 +311,22 @@ def main(argv: list[str] | None = None) -> None:
     if command == "memory":
         _memory(argv)
         return
-    if not any(a.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra")) for a in argv):
+    if not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv):
         _single_run(argv)
         return
+    run_hydra(argv + _hydra_dirs(argv))
+
+
+def run_hydra(argv: list[str]) -> None:
+    """Run Hydra's runner (one run, or a multirun with ``-m``) on the command line ``argv``,
+    each job's task ``_run_task``."""
     import hydra
 
-    sys.argv = [sys.argv[0]] + argv + _hydra_dirs(argv)
-    hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(_run_task)()
+    saved = sys.argv
+    sys.argv = [sys.argv[0], *argv]
+    try:
+        hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(
+            _run_task
+        )()
+    finally:
+        sys.argv = saved

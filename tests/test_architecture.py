@@ -36,8 +36,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sweeps": BASICS | {"config", "output.run_files"},
     # benchmark result files and run folders, read as files
     "harness": BASICS | {"output.run_files"},
-    # fleetcast plan: composes and simulates points, flattens summaries as collect does
-    "plan": BASICS | {"config", "run", "sweeps.runs", "output.summary_table"},
+    # fleetcast plan: composes and simulates points into run folders resumed as a sweep's,
+    # flattens summaries as collect does
+    "plan": BASICS
+    | {"config", "run", "sweeps.runs", "sweeps.resume", "output.run_files", "output.summary_table"},
 }
 ANYTHING = {"run", "cli", "__main__", "__init__"}
 # Third-party packages only some parts may use: SimPy moves time (the fleet only); the

@@ -16,6 +16,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from sim.errors import ConfigError
 from sim.resources import config_dir
 
+# overrides of Hydra's own config (its launcher, sweeper, folders, logging)
+HYDRA_OVERRIDE = ("hydra.", "hydra/", "+hydra", "~hydra")
+
 
 def to_dict(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A plain, resolved dict of a config (or a copy of a mapping)."""

@@ -5,8 +5,10 @@ uncertainty of each figure.
 - ``replications``: independent replications of one point (seeds), their confidence intervals
   and the decision (meets, misses, or run more) with the probability of a miss;
 - ``search``: the smallest replica count that meets, by bracketing and bisection;
-- ``runs``: each simulation of a plan, run once and cached in the plan folder (a rerun
-  resumes);
+- ``rounds``: the searches side by side in threads, their simulations launched together in
+  rounds;
+- ``runs``: each simulation of a plan, a job with its folder in the plan folder (a rerun
+  resumes), and the local launcher;
 - ``answer``: what a plan found per candidate, as ``plan.json``, ``plan.parquet`` rows and the
   ranked table;
 - ``planner``: the command: the plan's settings, candidates from a grid or a list, the

@@ -2,6 +2,7 @@
 every SLO, verified with replications, and the candidates ranked cheapest first.
 
     fleetcast plan [overrides] [plan.slo=[...]] [plan.grid={...}] [plan.KEY=VALUE ...]
+                   [hydra/launcher=... hydra.launcher.KEY=VALUE ...]
 
 The overrides that do not start with ``plan.`` describe the base run (the workload, the SLO
 bounds of ``slo.*``, anything a run takes); ``plan.*`` keys (``configs/plan/default.yaml``)
@@ -9,8 +10,10 @@ say what to plan. Each candidate (one combination of ``plan.grid``) is searched
 (``sim.plan.search``) with each point replicated (``sim.plan.replications``) under seeds
 ``seed, seed + 1, ...``, the same for every candidate. The plan folder holds:
 
-- ``runs/``: one summary per simulation, named by a hash of its resolved config and the
-  Fleetcast version: a rerun into the same folder reuses them (resumes);
+- ``plan_request.json``: the checked plan (what the sweeper reads);
+- ``runs/KEY/``: one folder per simulation (``config.yaml``, ``summary.json``), KEY a hash of
+  its overrides and the Fleetcast version: a rerun into the same folder resumes
+  (``sim.plan.runs``);
 - ``plan.parquet``: one row per simulation (candidate, replicas, replication, seed, the point's
   decision, every summary number flattened as ``fleetcast collect`` does);
 - ``plan.json``: per candidate its answer: the replica count, $/hour and $ per million output
@@ -19,9 +22,14 @@ say what to plan. Each candidate (one combination of ``plan.grid``) is searched
 
 and the ranked table is printed at the end. At each answer the plan adds what-ifs (the count
 with steps 10% faster or slower, and with 20% more traffic, searched outward from the answer)
-and the headroom (the rate multiple at which the chosen fleet stops being stable). Left out
-(to come): running the points through Hydra's launchers (candidates run in parallel on local
-processes, ``plan.jobs``), and a trace's content in the run cache's key.
+and the headroom (the rate multiple at which the chosen fleet stops being stable).
+
+The searches run side by side and their simulations go out in rounds (``sim.plan.rounds``):
+the command as a Hydra multirun whose sweeper is the plan, each simulation a job of the chosen
+launcher (``hydra/launcher=...``: local cores by default, a Ray cluster), as a sweep's jobs;
+``run_plan`` (the Python API) on local processes (``plan.jobs``). Hydra overrides
+(``hydra.launcher.*``) go to the launcher. A trace file's content is not part of a
+simulation's identity in ``runs/``.
 """
 
 from __future__ import annotations
@@ -30,21 +38,26 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 import pyarrow.parquet as pq
 from pydantic import Field
 
+import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
 from sim.plan.replications import Point, evaluate
-from sim.plan.runs import Simulations
+from sim.plan.rounds import Rounds
+from sim.plan.runs import Job, LocalLauncher, RefusedRun, Simulations
 from sim.plan.search import smallest_meeting
 from sim.plan.slo import Constraint, parse
 
@@ -135,7 +148,8 @@ def _text(value: Any) -> str:
 def plan_candidate(
     candidate: list[str], sims: Simulations, constraints: list[Constraint], plan: PlanConfig
 ) -> Answer:
-    """The search for one candidate, then its what-ifs and headroom at the answer."""
+    """The search for one candidate, then its what-ifs and headroom at the answer, side by
+    side (runs in a search thread of ``sim.plan.rounds``)."""
 
     def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
         def point(replicas: int) -> Point:
@@ -147,6 +161,7 @@ def plan_candidate(
                 max_replications=plan.max_replications,
                 confidence=plan.confidence,
                 max_miss_probability=plan.max_miss_probability,
+                fetch=lambda rs: sims.summaries([*candidate, *extra], replicas, rs),
             )
 
         return smallest_meeting(
@@ -156,7 +171,7 @@ def plan_candidate(
     label = " ".join(candidate) or "base"
     try:
         found, points = search([], 1)
-    except ConfigError as err:  # a combination the catalog cannot run (FP8 on an A100)
+    except RefusedRun as err:  # a combination the catalog cannot run (FP8 on an A100)
         return Answer(label, candidate, None, {}, f"cannot run: {err}")
     if found is None:
         last = points[max(points)]
@@ -169,13 +184,34 @@ def plan_candidate(
             f"plan.max_replicas={plan.max_replicas} meets every SLO",
         )
     answer = Answer(label, candidate, found, points, "")
-    for scale in plan.step_time_scales:
-        answer.whatifs[f"step_time x{scale:g}"] = search([f"sim.step_time_scale={scale:g}"], found)
-    for scale in plan.rate_scales:
-        answer.whatifs[f"rate x{scale:g}"] = search([f"sim.arrival_rate_scale={scale:g}"], found)
+    whatifs = [f"step_time x{k:g}" for k in plan.step_time_scales] + [
+        f"rate x{k:g}" for k in plan.rate_scales
+    ]
+    scaled = [f"sim.step_time_scale={k:g}" for k in plan.step_time_scales] + [
+        f"sim.arrival_rate_scale={k:g}" for k in plan.rate_scales
+    ]
+    searches: list[Callable[[], Any]] = [
+        partial(_unless_refused, partial(search, [extra], found)) for extra in scaled
+    ]
     if plan.max_headroom is not None:
-        answer.headroom = _headroom(candidate, found, sims, plan.max_headroom)
+        most = plan.max_headroom
+        searches.append(partial(_unless_refused, lambda: _headroom(candidate, found, sims, most)))
+    results = sims.rounds.parallel(searches)
+    # a what-if its candidate cannot run (a rate what-if of a closed-loop candidate) is left out
+    answer.whatifs = {
+        name: found for name, found in zip(whatifs, results, strict=False) if found is not None
+    }
+    if plan.max_headroom is not None:
+        answer.headroom = results[-1] or {}
     return answer
+
+
+def _unless_refused(search: Callable[[], Any]) -> Any:
+    """``search()``, or None when a simulation it needs is refused."""
+    try:
+        return search()
+    except RefusedRun:
+        return None
 
 
 def _headroom(
@@ -209,8 +245,54 @@ def _headroom(
     return seen
 
 
-def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[str, Any]]:
-    """Plan (module docstring); returns the plan folder and ``plan.json``'s object."""
+@dataclass
+class Prepared:
+    """A plan checked and ready to run: its settings, base overrides, first seed, candidates
+    and folder (``plan_request.json`` in the folder, for Hydra's sweeper)."""
+
+    plan: PlanConfig
+    base: list[str]
+    seed: int
+    candidates: list[list[str]]
+    folder: Path
+
+    REQUEST_FILE: ClassVar[str] = "plan_request.json"
+
+    def write(self) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / self.REQUEST_FILE
+        text = json.dumps(
+            {
+                "plan": self.plan.model_dump(),
+                "base": self.base,
+                "seed": self.seed,
+                "candidates": self.candidates,
+                "folder": str(self.folder),
+                "version": sim.__version__,
+            },
+            indent=1,
+        )
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_text(text + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Prepared:
+        given = json.loads(path.read_text())
+        return cls(
+            validate(PlanConfig, given["plan"], "plan"),
+            given["base"],
+            given["seed"],
+            given["candidates"],
+            Path(given["folder"]),
+        )
+
+
+def prepare(overrides: list[str]) -> Prepared:
+    """Check everything a plan is given before any of its simulations runs: the ``plan.*``
+    settings, the base and every candidate composed, the SLOs against an example summary (one
+    replica of the base deployment, simulated here). ConfigError on the first problem."""
     from sim.config.compose import check_overrides, compose_config
     from sim.run import simulate
 
@@ -235,107 +317,166 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
         refuse_planned(candidate)
         check_overrides([*base, *candidate])
         compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
-    sims = Simulations(base, folder, seed)
     # an example summary (one replica of the base deployment) names the statistics
-    example = simulate(compose_config(sims.overrides([], 1, 0))).summary
+    example_overrides = Simulations(base, seed, Rounds(list)).overrides([], 1, 0)
+    example = simulate(compose_config(example_overrides)).summary
     constraints = [parse(text, example) for text in plan.slo]
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
-    answers: dict[int, Answer] = {}
-    jobs = min(plan.jobs or os.cpu_count() or 1, len(each))
-    with _Progress(folder / "runs", len(each), progress) as bar:
-        if jobs > 1:
-            with ProcessPoolExecutor(jobs) as pool:
-                futures = {
-                    pool.submit(plan_candidate, c, sims, constraints, plan): i
-                    for i, c in enumerate(each)
-                }
-                for future in as_completed(futures):
-                    answers[futures[future]] = future.result()
-                    bar.done(answers[futures[future]])
-        else:
-            for i, candidate in enumerate(each):
-                answers[i] = plan_candidate(candidate, sims, constraints, plan)
-                bar.done(answers[i])
-    ordered = [answers[i] for i in range(len(each))]
+    return Prepared(plan, base, seed, each, folder.absolute())
+
+
+def execute(
+    prepared: Prepared, launch: Callable[[list[Job]], Sequence[dict[str, Any]]], progress: bool
+) -> dict[str, Any]:
+    """Run a prepared plan, its simulations launched in rounds by ``launch``; write
+    ``plan.parquet`` and ``plan.json`` into its folder and return ``plan.json``'s object."""
+    plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
+    constraints = [parse(text) for text in plan.slo]
+    with _Progress(len(each), progress) as bar:
+        rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
+        sims = Simulations(prepared.base, prepared.seed, rounds)
+
+        def one(candidate: list[str]) -> Answer:
+            answer = plan_candidate(candidate, sims, constraints, plan)
+            bar.done(answer)
+            return answer
+
+        ordered = rounds.run([partial(one, c) for c in each])
     plan_json = {
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,
         "max_miss_probability": plan.max_miss_probability,
-        "base_overrides": base,
-        "seed": seed,
+        "base_overrides": prepared.base,
+        "seed": prepared.seed,
         "candidates": [answer_json(a, plan) for a in ordered],
     }
     folder.mkdir(parents=True, exist_ok=True)
-    table = rows_table(ordered, seed, list(plan.grid))
+    table = rows_table(ordered, prepared.seed, list(plan.grid))
     tmp = folder / ".plan.parquet.partial"
     pq.write_table(table, tmp)
     tmp.replace(folder / "plan.parquet")
     tmp = folder / ".plan.json.partial"
     tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
     tmp.replace(folder / "plan.json")
-    return folder, plan_json
+    return plan_json
+
+
+def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[str, Any]]:
+    """Plan (module docstring) from Python, the simulations on local processes
+    (``plan.jobs``); returns the plan folder and ``plan.json``'s object."""
+    prepared = prepare(overrides)
+    jobs = prepared.plan.jobs or os.cpu_count() or 1
+    with LocalLauncher(prepared.folder, jobs) as launch:
+        return prepared.folder, execute(prepared, launch, progress)
 
 
 class _Progress:
     """One line per candidate as it is planned and, on a terminal, a progress bar over the
-    candidates whose postfix counts the simulations in the run cache so far (every half second,
-    by a thread: the searches run elsewhere). Silent unless ``shown``."""
+    candidates whose postfix counts the simulations launched so far. Silent unless
+    ``shown``."""
 
-    def __init__(self, runs: Path, total: int, shown: bool) -> None:
-        self.runs, self.total, self.shown = runs, total, shown
+    def __init__(self, total: int, shown: bool) -> None:
+        self.total, self.shown = total, shown
         self.planned = 0
-        self._stop = threading.Event()
+        self._lock = threading.Lock()  # candidates end in their own threads
         self._bar: Any = None
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> _Progress:
         if self.shown and sys.stderr.isatty():  # the lines alone in a log
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.total, unit="candidate", file=sys.stderr, leave=False)
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
         return self
 
-    def _poll(self) -> None:
-        while not self._stop.wait(0.5):
-            count = sum(1 for p in self.runs.glob("*.json")) if self.runs.is_dir() else 0
-            self._bar.set_postfix_str(f"{count} simulations")
+    def round(self, launched: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{total} simulations")
 
     def done(self, answer: Answer) -> None:
-        self.planned += 1
-        if not self.shown:
-            return
-        found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
-        simulations = sum(p.replications for p in answer.points.values())
-        line = (
-            f"[{self.planned}/{self.total}] {answer.label}: {found} ({len(answer.points)} "
-            f"counts, {simulations} simulations)"
-        )
-        if self._bar is None:
-            print(line, file=sys.stderr)
-            return
-        self._bar.write(line, file=sys.stderr)
-        self._bar.update(1)
+        with self._lock:
+            self.planned += 1
+            if not self.shown:
+                return
+            found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
+            simulations = sum(p.replications for p in answer.points.values())
+            line = (
+                f"[{self.planned}/{self.total}] {answer.label}: {found} ({len(answer.points)} "
+                f"counts, {simulations} simulations)"
+            )
+            if self._bar is None:
+                print(line, file=sys.stderr)
+                return
+            self._bar.write(line, file=sys.stderr)
+            self._bar.update(1)
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
         if self._bar is not None:
             self._bar.close()
 
 
-def main(argv: list[str]) -> int:
-    """``fleetcast plan [overrides] [plan.KEY=VALUE ...]``."""
+# Hydra keys the plan sets for its sweep (its folder is plan.output_dir)
+HYDRA_SET = ("hydra.sweep", "hydra.sweeper", "hydra/sweeper")
+# launchers whose processes plan.jobs sets (hydra.launcher.n_jobs)
+JOBLIB_LAUNCHERS = ("=joblib", "=fleetcast_joblib")
+
+
+def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
+    """``fleetcast plan [overrides] [plan.KEY=VALUE ...] [hydra overrides]``: checked here,
+    then run as a Hydra multirun (``run_hydra``, the command line's runner) whose sweeper is
+    the plan (its simulations go through the chosen launcher, as a sweep's jobs do), and the
+    ranked table printed."""
+    from sim.config.compose import HYDRA_OVERRIDE
+
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__)
         return 0
+    hydra_args = [a for a in argv if a.startswith(HYDRA_OVERRIDE)]
     try:
-        folder, plan_json = run_plan(argv, progress=True)
+        for arg in hydra_args:
+            key, _, value = arg.lstrip("+~").partition("=")
+            require(
+                not key.startswith(HYDRA_SET),
+                key,
+                value,
+                "fleetcast plan sets it; the plan folder is plan.output_dir",
+            )
+        prepared = prepare([a for a in argv if not a.startswith(HYDRA_OVERRIDE)])
+        launcher = [a for a in hydra_args if a.startswith("hydra/launcher=")]
+        jobs = prepared.plan.jobs
+        require(
+            jobs is None or not launcher or launcher[-1].endswith(JOBLIB_LAUNCHERS),
+            "plan.jobs",
+            jobs,
+            f"sets the joblib launcher's processes; with {launcher[-1] if launcher else ''} "
+            "give its own settings (hydra.launcher.*)",
+        )
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    request = prepared.write()
+    run_hydra(
+        [
+            "-m",
+            "hydra/sweeper=fleetcast_plan",
+            f"hydra.sweeper.request={_quoted(str(request))}",
+            f"hydra.sweep.dir={_quoted(str(prepared.folder))}",
+            "hydra.output_subdir=null",  # a job folder holds config.yaml and summary.json
+            "hydra/hydra_logging=disabled",  # no line per job: the progress says it
+            "hydra/job_logging=disabled",
+            "~hydra.callbacks.sweep_monitor",  # a sweep's progress and table, not a plan's
+            *([f"hydra.launcher.n_jobs={jobs}"] if jobs is not None else []),
+            *hydra_args,
+        ]
+    )
+    plan_json = json.loads((prepared.folder / "plan.json").read_text())
     print(ranked_table(plan_json))
-    print(f"plan: {folder}")
+    print(f"plan: {prepared.folder}")
     return 0
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a quoted value of a Hydra override: backslashes that would escape the
+    closing quote or a quote doubled, quotes escaped, and ``${`` escaped (not an
+    interpolation)."""
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"

@@ -134,9 +134,12 @@ def evaluate(
     max_replications: int,
     confidence: float,
     max_miss_probability: float = 1.0,
+    fetch: Callable[[list[int]], list[dict[str, Any]]] | None = None,
 ) -> Point:
     """Replicate ``run(replication)`` (a summary) until the decision is clear (module
-    docstring)."""
+    docstring). With ``fetch`` (the summaries of several replications at once), the first
+    two are asked for together, then the rest of the first ``min_replications``, so they can
+    run in parallel."""
     summaries: list[dict[str, Any]] = []
     statistics = [Statistic(c) for c in constraints]
 
@@ -155,16 +158,21 @@ def evaluate(
         return point
 
     while True:
-        summary = run(len(summaries))
-        summaries.append(summary)
-        for s in statistics:
-            s.values.append(s.constraint.value(summary))
-        stability = summary.get("stability") or {}
-        share = stability.get("served_share")
-        if stability.get("verdict") == "unstable" and share is not None and share < 0.5:
-            # grossly overloaded: half of what arrives is left; no replication changes that
+        first = len(summaries)
+        if fetch is not None and first < min_replications:
+            # two first: when they are identical (nothing random), they are all there is
+            upto = min(2, min_replications) if first == 0 else min_replications
+            batch = fetch(list(range(first, upto)))
+        else:
+            batch = [run(first)]
+        summaries.extend(batch)
+        for summary in batch:
+            for s in statistics:
+                s.values.append(s.constraint.value(summary))
+        if any(_grossly_unstable(summary) for summary in batch):
+            # half of what arrives is left; no replication changes that
             return Point(replicas, summaries, statistics, "misses", "unstable")
-        if len(summaries) == 2 and summaries[0] == summaries[1]:
+        if len(summaries) >= 2 and first <= 1 and summaries[0] == summaries[1]:
             # a replay with no randomness (a trace, no random router): more seeds add nothing
             ok = all(s.constraint.met_by(s.values[0]) for s in statistics)
             return done(
@@ -194,6 +202,13 @@ def evaluate(
                 "meets" if ok else "misses",
                 f"undecided after {len(summaries)} replications: by the means",
             )
+
+
+def _grossly_unstable(summary: dict[str, Any]) -> bool:
+    """``unstable`` with under half of what arrived served."""
+    stability = summary.get("stability") or {}
+    share = stability.get("served_share")
+    return stability.get("verdict") == "unstable" and share is not None and share < 0.5
 
 
 def _unusable(summary: dict[str, Any]) -> bool:

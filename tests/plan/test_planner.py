@@ -8,8 +8,10 @@ import math
 
 import pytest
 
+from sim.cli import run_hydra
 from sim.errors import ConfigError
-from sim.plan.planner import candidates, load_plan, main, run_plan
+from sim.plan.planner import candidates, load_plan, run_plan
+from sim.plan.planner import main as plan_main
 from sim.plan.replications import evaluate, t_quantile
 from sim.plan.search import smallest_meeting
 from sim.plan.slo import Constraint, parse
@@ -42,6 +44,11 @@ def test_a_search_from_a_guess_gallops_away_from_it(answer, guess, most):
     found, _ = smallest_meeting(point, bool, 64, start=guess)
     assert found == answer and asked[0] == guess
     assert len(asked) <= most
+
+
+def main(argv: list[str]) -> int:
+    """``fleetcast plan ARGV``'s exit status."""
+    return plan_main(argv, run_hydra)
 
 
 def test_the_search_says_infeasible_after_trying_the_maximum():
@@ -355,19 +362,90 @@ def test_a_load_grid_composes_with_the_base_workload(tmp_path):
     assert [c["candidate"] for c in plan["candidates"]] == ["workload.qps=2", "workload.qps=4"]
 
 
-def test_the_run_cache_is_keyed_by_the_resolved_config_and_version(tmp_path, monkeypatch):
+def test_the_run_cache_is_keyed_by_the_overrides_and_version_and_checks_the_config(
+    tmp_path, monkeypatch
+):
     import sim
-    from sim.plan.planner import Simulations
+    from sim.plan.rounds import Rounds
+    from sim.plan.runs import LocalLauncher, Simulations
 
-    sims = Simulations(["workload=poisson", "workload.num_requests=20"], tmp_path, 0)
-    first = sims.summary([], 1, 0)
-    assert len(list((tmp_path / "runs").iterdir())) == 1
-    assert sims.summary([], 1, 0) == first  # read back
-    assert len(list((tmp_path / "runs").iterdir())) == 1
+    def summary(version: str = sim.__version__) -> dict:
+        monkeypatch.setattr(sim, "__version__", version)
+        with LocalLauncher(tmp_path, 1) as launch:
+            sims = Simulations(["workload=poisson", "workload.num_requests=20"], 0, Rounds(launch))
+            (found,) = sims.rounds.run([lambda: sims.summary([], 1, 0)])
+        return found
+
+    first = summary()
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["config.yaml", "summary.json"]
+    stamp = (folder / "summary.json").stat().st_mtime_ns
+    assert summary() == first  # read back, not simulated again
+    assert (folder / "summary.json").stat().st_mtime_ns == stamp
+    # a folder whose config is not this job's (a changed default) is simulated anew in place
+    text = (folder / "config.yaml").read_text()
+    (folder / "config.yaml").write_text(text.replace("num_requests: 20", "num_requests: 21"))
+    assert summary() == first
+    assert (folder / "summary.json").stat().st_mtime_ns != stamp
     # the same overrides under another Fleetcast are simulated anew, never read back stale
-    monkeypatch.setattr(sim, "__version__", "0.0.0-other")
-    sims.summary([], 1, 0)
+    summary("0.0.0-other")
     assert len(list((tmp_path / "runs").iterdir())) == 2
+
+
+PLAN_ARGV = [
+    "workload=poisson",
+    "workload.num_requests=120",
+    "workload.qps=30",
+    "workload.prompt_tokens=512",
+    "workload.output_tokens=64",
+    "plan.slo=[ttft_s.p99 <= 0.5]",
+    "plan.grid={hardware: [h100_sxm, a100_80g]}",
+    "plan.max_replicas=6",
+    "plan.step_time_scales=[1.5]",
+    "plan.rate_scales=[]",
+    "plan.max_headroom=null",
+]
+
+
+def _answers(plan_json: dict) -> list:
+    return [
+        (c["candidate"], c["replicas"], c["evaluated"], c["slo"], c["whatifs"])
+        for c in plan_json["candidates"]
+    ]
+
+
+def test_the_plan_is_the_same_through_hydra_launchers_and_local_processes(tmp_path, capsys):
+    # the command runs its simulations through Hydra's launcher, one job per simulation in
+    # the plan folder's runs/; the Python API through local processes: the same answers
+    _, local = run_plan([*PLAN_ARGV, "plan.jobs=2", f"plan.output_dir={tmp_path / 'local'}"])
+    for launcher in ("hydra/launcher=basic", "hydra.launcher.n_jobs=2"):
+        folder = tmp_path / launcher.replace("/", "_")
+        assert main([*PLAN_ARGV, f"plan.output_dir={folder}", launcher]) == 0
+        through_hydra = json.loads((folder / "plan.json").read_text())
+        assert _answers(through_hydra) == _answers(local)
+        runs = list((folder / "runs").iterdir())
+        assert all((r / "summary.json").is_file() for r in runs)
+        simulations = sum(
+            e["replications"]
+            for c in through_hydra["candidates"]
+            for e in [*c["evaluated"], *(e for w in c["whatifs"].values() for e in w["evaluated"])]
+        )
+        assert len(runs) == simulations
+    err = capsys.readouterr().err
+    assert "[2/2] hardware=" in err and "HYDRA" not in err  # progress lines, no job log
+
+
+@pytest.mark.parametrize(
+    "extra, starts",
+    [
+        (["hydra.sweep.dir=/tmp/x"], "error: hydra.sweep.dir='/tmp/x': fleetcast plan sets it"),
+        (["hydra/launcher=basic", "plan.jobs=2"], "error: plan.jobs=2: sets the joblib"),
+    ],
+)
+def test_hydra_settings_the_plan_owns_are_refused_in_one_line(capsys, extra, starts):
+    assert main([*PLAN_ARGV, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(starts) and err.count("\n") == 1, err
 
 
 def test_the_intervals_cover_the_long_run_mean_at_their_nominal_rate():
@@ -412,3 +490,39 @@ def test_the_intervals_cover_the_long_run_mean_at_their_nominal_rate():
 def test_help_prints_the_usage(capsys):
     assert main(["--help"]) == 0
     assert "fleetcast plan [overrides]" in capsys.readouterr().out
+
+
+def test_quoted_paths_reach_hydra_unchanged():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from sim.plan.planner import _quoted
+
+    parser = OverridesParser.create()
+    for path in ["/a b", "/it's", "/d${x}", "/back\\", "/x\\'y", "/a\\b", "/a,b=c"]:
+        override = parser.parse_override(f"hydra.sweep.dir={_quoted(path)}")
+        value = OmegaConf.to_container(OmegaConf.create({"v": override.value()}), resolve=True)
+        assert value["v"] == path
+
+
+def test_a_what_if_a_candidate_cannot_run_is_left_out_not_fatal(tmp_path):
+    # a closed-loop candidate has no arrival rate to scale: its rate what-if and headroom
+    # are left out, the other candidate keeps its own
+    _, plan = run_plan(
+        [
+            "workload=poisson",
+            "workload.num_requests=40",
+            "plan.slo=[ttft_s.p99 <= 5]",
+            "plan.candidates=[[workload=closed_loop, workload.num_requests=40], []]",
+            "plan.max_replicas=2",
+            "plan.step_time_scales=[]",
+            "plan.rate_scales=[1.2]",
+            "plan.max_headroom=2",
+            "plan.jobs=1",
+            f"plan.output_dir={tmp_path}",
+        ],
+        progress=False,
+    )
+    closed, open_loop = plan["candidates"]
+    assert closed["feasible"] and closed["whatifs"] == {} and "headroom" not in closed
+    assert set(open_loop["whatifs"]) == {"rate x1.2"} and "headroom" in open_loop

@@ -207,3 +207,37 @@ def test_plain_ray_launcher_from_another_directory(ray_cluster, tmp_path):
     )
     assert not (head_cwd / "out").exists(), "jobs wrote into the Ray workers' directory"
     _check_jobs(cwd / "out" / "sweep")
+
+
+def test_a_plan_runs_its_simulations_on_the_cluster(ray_cluster, tmp_path):
+    """`fleetcast plan` with the cluster preset: every simulation a Ray job whose summary
+    comes back by value, and the same answer as the local launcher's."""
+    address, env, _ = ray_cluster
+    argv = [
+        "workload=poisson",
+        "workload.num_requests=60",
+        "workload.qps=20",
+        "plan.slo=[ttft_s.p99 <= 0.5]",
+        "plan.max_replicas=4",
+        "plan.step_time_scales=[]",
+        "plan.rate_scales=[]",
+        "plan.max_headroom=null",
+    ]
+    answers = []
+    for name, launcher in (
+        ("ray", ["hydra/launcher=fleetcast_ray", f"hydra.launcher.ray.init.address={address}"]),
+        ("basic", ["hydra/launcher=basic"]),
+    ):
+        folder = tmp_path / name
+        cmd = [sys.executable, "-m", "sim", "plan", *argv, f"plan.output_dir={folder}", *launcher]
+        done = subprocess.run(
+            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S
+        )
+        assert done.returncode == 0, f"{' '.join(cmd)}\n{done.stdout}\n{done.stderr}"
+        assert "1 of 1 candidate(s) meet every SLO" in done.stdout
+        plan = json.loads((folder / "plan.json").read_text())
+        (answer,) = plan["candidates"]
+        answers.append((answer["replicas"], answer["evaluated"], answer["slo"]))
+        runs = list((folder / "runs").iterdir())
+        assert len(runs) == sum(e["replications"] for e in answer["evaluated"])
+    assert answers[0] == answers[1]
