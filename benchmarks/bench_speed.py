@@ -1,20 +1,23 @@
 """How fast Fleetcast simulates: simulated requests per wall-clock second.
 
-    python benchmarks/bench_speed.py            # all three scenarios, best of 3
+    python benchmarks/bench_speed.py            # all five scenarios, best of 3
     python benchmarks/bench_speed.py a --repeat 5
 
 Scenarios (issue 2):
   (a) Llama-2-7B on one A100-80G, vLLM, 20,000 requests of 512 prompt / 128 output tokens,
       Poisson at 6 requests/s;
   (b) the same with 1,024 output tokens at 1 request/s;
-  (c) the whole Azure 2023 conversation trace (19,366 requests) on 4 H100-SXM replicas.
+  (c) the whole Azure 2023 conversation trace (19,366 requests) on 4 H100-SXM replicas;
+  (d) the whole Mooncake conversation trace (12,031 requests) on 4 H100-SXM replicas;
+  (e) the same with the prefix cache on (kv.prefix_caching=true, its hash_ids replayed).
 
 For each it prints the wall time of the simulation loop (``Cluster.run``), of the whole
 ``simulate`` call (config to tables) and of the whole command in a fresh process
 (``python -m sim ...``, start-up, Hydra and file writing included), with simulated requests,
 scheduler steps and SimPy events per second of the loop. Each figure is the best of
 ``--repeat`` runs (the machine's noise only ever adds time), and the last line compares the
-per-request loop cost of (b) with (a), measured in the same invocation.
+per-request loop cost of (b) with (a), and the loop speed of (e) with (d), each pair measured in
+the same invocation.
 """
 
 from __future__ import annotations
@@ -60,7 +63,16 @@ SCENARIOS = {
         "workload=azure_conv",
         "workload.duration_s=null",
     ],
+    "d": [
+        "model=llama31_8b",
+        "hardware=h100_sxm",
+        "fleet.replicas=4",
+        "scheduler=vllm",
+        "workload=mooncake_conv",
+        "workload.duration_s=null",
+    ],
 }
+SCENARIOS["e"] = [*SCENARIOS["d"], "kv.prefix_caching=true"]
 
 
 class TimedCluster(Cluster):
@@ -119,7 +131,7 @@ def bench(name: str, overrides: list[str], repeat: int) -> float:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "scenarios", nargs="*", metavar="{a,b,c}", help="which scenarios (default: all)"
+        "scenarios", nargs="*", metavar="{a,b,c,d,e}", help="which scenarios (default: all)"
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
     args = parser.parse_args()
@@ -130,3 +142,6 @@ if __name__ == "__main__":
     per_request = {key: bench(key, SCENARIOS[key], args.repeat) for key in args.scenarios}
     if "a" in per_request and "b" in per_request:
         print(f"(b)/(a) loop cost per request: {per_request['b'] / per_request['a']:.2f}")
+    if "d" in per_request and "e" in per_request:
+        speed = per_request["d"] / per_request["e"]
+        print(f"(e)/(d) loop speed with the prefix cache on: {speed:.2f} (target: at least 0.5)")

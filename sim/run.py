@@ -20,8 +20,9 @@ from sim import rng
 from sim.catalog.placement import build_placement
 from sim.config.build import build
 from sim.config.compose import to_dict
-from sim.config.schema import validate_run
+from sim.config.schema import TraceWorkload, validate_run
 from sim.engine.kv_cache import KVCache
+from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.step_time.base import ScaledStepTime
@@ -30,7 +31,12 @@ from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
 from sim.output.request_log import RequestLog
-from sim.output.results import REQUESTS_SCHEMA, summarize
+from sim.output.results import (
+    PREFIX_CACHING_REQUESTS_SCHEMA,
+    REQUESTS_SCHEMA,
+    prefix_cache_summary,
+    summarize,
+)
 from sim.output.run_files import (
     CONFIG_FILE,
     REQUESTS_FILE,
@@ -43,6 +49,7 @@ from sim.output.run_files import (
 )
 from sim.output.step_log import StepLog
 from sim.output.tables import MemorySink, ParquetSink, TableSink
+from sim.workload.prefixes import with_hash_ids
 from sim.workload.source import build_workload
 
 STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by replica
@@ -126,9 +133,13 @@ def simulate(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
         )
 
+    if run.kv.prefix_caching and isinstance(run.workload, TraceWorkload):
+        workload = with_hash_ids(workload, run.workload.hash_block_tokens)
+    cache_class = PrefixCachingKVCache if run.kv.prefix_caching else KVCache
+
     def make_scheduler(model_id: int) -> Scheduler:
         plan = placement.deployments[model_id].memory
-        kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
+        kv = cache_class(plan.num_blocks, plan.block_size, run.kv.watermark)
         return build(
             cfg["scheduler"],
             "scheduler",
@@ -164,10 +175,11 @@ def simulate(
     )
     requests_sink: TableSink
     steps_sink: TableSink
+    requests_schema = PREFIX_CACHING_REQUESTS_SCHEMA if run.kv.prefix_caching else REQUESTS_SCHEMA
     if folder is None:
-        requests_sink, steps_sink = MemorySink(REQUESTS_SCHEMA), MemorySink(step_log.schema)
+        requests_sink, steps_sink = MemorySink(requests_schema), MemorySink(step_log.schema)
     else:
-        requests_sink = ParquetSink(REQUESTS_SCHEMA, folder.temporary(REQUESTS_FILE))
+        requests_sink = ParquetSink(requests_schema, folder.temporary(REQUESTS_FILE))
         steps_sink = ParquetSink(step_log.schema, folder.temporary(STEPS_FILE))
     try:
         on_done, bar = _progress_callback(run.sim.progress, workload.num_requests)
@@ -202,6 +214,10 @@ def simulate(
             # a closed loop or a capped client sends only as the fleet lets it
             paced_by_client=workload.concurrency is not None,
         )
+        if run.kv.prefix_caching:
+            summary["prefix_cache"] = prefix_cache_summary(
+                [e.scheduler.kv for engines in replica_engines for e in engines]
+            )
         texts = {
             reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))
             for reason in summary["rejected_by_reason"]

@@ -4,12 +4,12 @@ A run folder's ``config.yaml`` is the resolved config of its run, and two things
 or files by location: every policy's ``_target_`` (``sim.scheduler.vllm.VLLMScheduler`` before
 the package was split into ``sim/engine``, ``sim/fleet``, ...), and the shipped traces (``path:
 data/traces/...`` before they became package data, ``shipped:traces/...``). Groups added later
-(``output``) are missing from older configs; they ran as the group's defaults say. Run folders
-written then must keep working: a resumed sweep must recognise its finished jobs, ``fleetcast
-collect`` must not see a changed ``_target_`` as a swept key, and an old config must still
-build. So every comparison of configs and every ``_target_`` lookup goes through
-``canonical_run_config`` / ``canonical_config`` / ``canonical_target`` first. Nothing here
-rewrites files on disk.
+(``output``) are missing from older configs; they ran as the group's defaults say, and so are
+keys added to a group since (``ADDED_KEYS``). Run folders written then must keep working: a
+resumed sweep must recognise its finished jobs, ``fleetcast collect`` must not see a changed
+``_target_`` as a swept key, and an old config must still build. So every comparison of configs
+and every ``_target_`` lookup goes through ``canonical_run_config`` / ``canonical_config`` /
+``canonical_target`` first. Nothing here rewrites files on disk.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def canonical_target(target: str) -> str:
 
 # Groups added since, with the settings that reproduce what runs did before them.
 ADDED_GROUPS = {"output": {"steps": "full", "step_bucket_s": 60.0}}
+# Keys added to a group since, likewise (a trace workload's keys only where kind is trace).
+ADDED_KEYS: dict[tuple[str, str], Any] = {("kv", "prefix_caching"): False}
+ADDED_TRACE_KEYS: dict[str, Any] = {"hash_block_tokens": None}
 
 
 def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -46,6 +49,13 @@ def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
     current = canonical_config(config)
     for group, settings in ADDED_GROUPS.items():
         current.setdefault(group, dict(settings))
+    for (group, key), value in ADDED_KEYS.items():
+        if isinstance(current.get(group), dict):
+            current[group].setdefault(key, value)
+    workload = current.get("workload")
+    if isinstance(workload, dict) and workload.get("kind") == "trace":
+        for key, value in ADDED_TRACE_KEYS.items():
+            workload.setdefault(key, value)
     return current
 
 

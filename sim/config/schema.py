@@ -208,6 +208,7 @@ class KvConfig(StrictModel):
     block_size: Annotated[Int, Field(ge=1, le=2**16)]
     num_blocks: Annotated[Int, Field(ge=1, le=INT32_MAX)] | None = None
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    prefix_caching: bool = False
 
 
 class FleetConfig(StrictModel):
@@ -412,6 +413,9 @@ class TraceWorkload(StrictModel):
     rate_scale: Positive = 1.0
     start_s: NonNegative = 0.0
     spread_ticks_s: Positive | None = None
+    # tokens per hash of the trace's hash_ids column (Mooncake's format); null: the file's
+    # hash_block_tokens metadata. Read only with kv.prefix_caching=true.
+    hash_block_tokens: Annotated[Int, Field(ge=1, le=2**20)] | None = None
 
 
 WorkloadConfig = Annotated[

@@ -29,7 +29,8 @@ steps at once. A request with ``s`` slots and ``c`` tokens computed first needs 
 step ``s − c + 1`` of the stretch, then every ``block_size`` steps; ``decode_steps_that_fit``
 and ``grow_decodes`` do that arithmetic for the whole batch.
 
-Left out: fragmentation inside a block beyond the rounding up, swapping blocks to host memory.
+A prefix cache (``sim.engine.prefix_cache``) builds on this one. Left out: fragmentation inside
+a block beyond the rounding up, swapping blocks to host memory.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ from sim.errors import require
 
 class KVCache:
     """Block accounting for one replica."""
+
+    # whether computed prompt blocks are kept for reuse (``sim.engine.prefix_cache``)
+    prefix_caching = False
 
     __slots__ = (
         "num_blocks",
@@ -160,6 +164,22 @@ class KVCache:
         if needed > self.num_blocks - self.num_used_blocks - self.watermark_blocks:
             return None
         return self.grow(request, num_tokens)
+
+    # -- a prefix cache's questions (``sim.engine.prefix_cache``), answered for none --------
+
+    def cached_tokens(self, request: Request) -> int:
+        """Prompt tokens of ``request`` found cached if it were admitted now: none here."""
+        return 0
+
+    def admit_cached(self, request: Request, num_tokens: int) -> int | None:
+        """Admit the waiting ``request`` with room for ``num_tokens`` more tokens: the tokens
+        found cached (none here), or None when the pool lacks room above the watermark."""
+        if self.admit(request, request.num_computed_tokens + num_tokens) is None:
+            return None
+        return 0
+
+    def cache_computed(self, request: Request) -> None:
+        """Keep ``request``'s computed prompt blocks for reuse: nothing to keep here."""
 
     def attach(self, request: Request, block_ids: Sequence[int]) -> None:
         """Let ``request``, which holds no blocks yet, start with ``block_ids``: named blocks

@@ -17,8 +17,8 @@ A scheduler advances a request and reports which requests sampled their first to
 finished; it never writes the times a client sees. The replica (or its frontend, which streams
 tokens later) stamps ``first_token_time_s`` and ``completion_time_s``, once each.
 
-What it leaves out: prefix sharing between requests, speculative decoding, and the content of
-the tokens (only counts matter).
+What it leaves out: speculative decoding, and the content of the tokens (only counts matter,
+and, for a prefix cache, keys for the prompt's blocks).
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ class Request:
     num_preemptions: int = 0
     reject_reason: str | None = None
     """Why the engine refused the request (``sim.engine.scheduler.base.REFUSALS``), if it did."""
+    prefix_groups: list[tuple[int, int]] | None = None
+    """The prompt's full KV blocks as (key, count) groups of consecutive blocks, a key naming
+    the group's content and everything before it (what a prefix cache knows blocks by,
+    ``sim.engine.prefix_cache``; ``sim.workload.prefixes``); None: content unknown."""
+    cached_prompt_tokens: int = 0
+    """Prompt tokens found in the prefix cache when the request was first admitted."""
 
     @property
     def num_tokens(self) -> int:

@@ -29,6 +29,7 @@ from sim.fleet.router import Router
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
 from sim.output.request_log import RequestLog
 from sim.output.step_log import FLUSH_ROWS, StepLog
+from sim.workload.prefixes import PrefixGroups, prefix_groups
 from sim.workload.source import Workload
 
 CHUNK = 65536  # workload entries turned into Python values at a time
@@ -82,6 +83,24 @@ class Cluster:
         if model_ids is None:
             model_ids = np.zeros(workload.num_requests, dtype=np.int64)
         self._next_request = _in_chunks(workload.prompt_tokens, workload.output_tokens, model_ids)
+        # with a prefix cache, each request's prompt blocks grouped by shared content, for the
+        # block size of the model it asks for
+        self._prefix_groups: dict[int, PrefixGroups] = {}
+        if workload.hash_ids is not None:
+            assert workload.hash_block_tokens is not None
+            by_size: dict[int, PrefixGroups] = {}
+            for replica in self.replicas:
+                for engine in replica.engines:
+                    kv = engine.scheduler.kv
+                    if kv.prefix_caching and engine.model_id not in self._prefix_groups:
+                        if kv.block_size not in by_size:
+                            by_size[kv.block_size] = prefix_groups(
+                                workload.hash_ids,
+                                workload.prompt_tokens,
+                                workload.hash_block_tokens,
+                                kv.block_size,
+                            )
+                        self._prefix_groups[engine.model_id] = by_size[kv.block_size]
         if workload.arrival_time_s is None:
             self._closed_loop = True
             # Requests issued or already scheduled to be: a request released after a think
@@ -139,6 +158,9 @@ class Cluster:
         request = Request(
             self.num_issued, arrival_time_s, prompt_tokens, output_tokens, model_id=model_id
         )
+        groups = self._prefix_groups.get(model_id)
+        if groups is not None:
+            request.prefix_groups = groups.of(request.request_id)
         self.num_issued += 1
         self.request_log.issued(request)
         hosts = self._hosts[request.model_id]

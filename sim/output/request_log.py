@@ -52,5 +52,5 @@ class RequestLog:
 
     def _write(self) -> None:
         if self._ready:
-            self.sink.write(requests_table(self._ready))
+            self.sink.write(requests_table(self._ready, self.sink.schema))
             self._ready = []

@@ -33,6 +33,8 @@ import pyarrow as pa
 from sim.arrow_numpy import numpy_to_arrow, strings_to_arrow
 from sim.catalog.hardware import GPU
 from sim.config.schema import CostConfig, SloConfig
+from sim.engine.kv_cache import KVCache
+from sim.engine.prefix_cache import COUNTERS
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.output.cost import fleet_cost
 from sim.output.stability import stability
@@ -59,6 +61,11 @@ REQUESTS_SCHEMA = pa.schema(
     ]
 )
 
+# with a prefix cache (kv.prefix_caching=true), one more column: the prompt tokens found cached
+# at the request's first admission (without one, the table stays as it was)
+CACHED_PROMPT_TOKENS = "cached_prompt_tokens"
+PREFIX_CACHING_REQUESTS_SCHEMA = REQUESTS_SCHEMA.append(pa.field(CACHED_PROMPT_TOKENS, pa.int32()))
+
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -70,7 +77,9 @@ def _optional(values: list[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def requests_table(requests: list[Request]) -> pa.Table:
+def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA) -> pa.Table:
+    """The rows of ``requests`` in ``schema`` (``REQUESTS_SCHEMA``, or
+    ``PREFIX_CACHING_REQUESTS_SCHEMA`` with its cached-token column)."""
     n = len(requests)
     arrival = np.fromiter((r.arrival_time_s for r in requests), float, n)
     first = _optional([r.first_token_time_s for r in requests])
@@ -104,11 +113,33 @@ def requests_table(requests: list[Request]) -> pa.Table:
         "model_id": np.fromiter((r.model_id for r in requests), np.int32, n),
         "reject_reason": strings_to_arrow([r.reject_reason for r in requests]),
     }
+    if CACHED_PROMPT_TOKENS in schema.names:
+        columns[CACHED_PROMPT_TOKENS] = np.fromiter(
+            (r.cached_prompt_tokens for r in requests), np.int32, n
+        )
     arrays = [
         c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
-        for f in REQUESTS_SCHEMA
+        for f in schema
     ]
-    return pa.Table.from_arrays(arrays, schema=REQUESTS_SCHEMA)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def prefix_cache_summary(caches: list[KVCache]) -> dict[str, float | int | None]:
+    """``summary.json``'s ``prefix_cache``: what the fleet's prefix caches found, over every
+    admission (a preempted request looks its prompt up again when it is readmitted)."""
+    total: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+    for cache in caches:
+        for key in total:
+            total[key] += getattr(cache, key)
+
+    def share(part: int, whole: int) -> float | None:
+        return part / whole if whole else None
+
+    return {
+        "hit_rate_tokens": share(total["hit_tokens"], total["looked_up_tokens"]),
+        "hit_rate_blocks": share(total["hit_blocks"], total["looked_up_blocks"]),
+        **total,
+    }
 
 
 def distribution(values: np.ndarray) -> dict[str, float | None]:

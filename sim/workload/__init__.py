@@ -3,7 +3,8 @@
 - ``source``: the ``Workload`` a run replays, built from the ``workload`` config;
 - ``arrivals``: open-loop arrival processes (Poisson, gamma, constant, daily);
 - ``lengths``: prompt and output length distributions;
-- ``traces``: replaying recorded traces (Parquet or CSV), windows and rate scaling.
+- ``traces``: replaying recorded traces (Parquet or CSV), windows and rate scaling;
+- ``prefixes``: a trace's ``hash_ids`` (shared prompt prefixes) as groups of engine blocks.
 
 May import: ``sim.errors``, ``sim.rng``, ``sim.resources``, ``sim.config``,
 ``sim.arrow_numpy``. A workload knows nothing of the fleet that serves it.

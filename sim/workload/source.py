@@ -13,7 +13,8 @@ lengths come from ``lengths.py``. Randomness uses the named streams ``workload.a
 ``workload.prompt_tokens``, ``workload.output_tokens`` (and ``workload.spread`` for trace tick
 spreading), so changing a length distribution never moves an arrival and vice versa.
 
-Left out: request content (prefix sharing, KV reuse), priorities, deadlines, and feedback from
+Request content is a trace's block hashes (``prefixes.py``, for a prefix cache) or nothing.
+Left out: priorities, deadlines, and feedback from
 the system to the open-loop arrivals (retries, client back-off).
 """
 
@@ -58,6 +59,10 @@ class Workload:
     requests_per_client: int | None = None
     trace_file: str | None = None  # a replayed trace: the file, as the config names it
     trace_rows: np.ndarray | None = None  # ... and each request's row in it (from 0)
+    # a prefix cache's input (``sim.workload.prefixes``): each request's trace hash ids, one
+    # per ``hash_block_tokens`` prompt tokens (None: no request shares anything)
+    hash_ids: list[np.ndarray] | None = None
+    hash_block_tokens: int | None = None
 
     def __post_init__(self) -> None:
         n = self.prompt_tokens.size
@@ -87,6 +92,8 @@ class Workload:
             assert self.concurrency * self.requests_per_client == n - self.warmup_requests, (
                 "every measured request belongs to one client"
             )
+        if self.hash_ids is not None:
+            assert len(self.hash_ids) == n and self.hash_block_tokens, "one hash list each"
         for arr in (self.prompt_tokens, self.output_tokens, self.arrival_time_s):
             if arr is not None:
                 arr.setflags(write=False)  # shared by reference; nobody may edit it in place

@@ -3,8 +3,9 @@
 A trace is a table with one row per request and the columns ``arrival_time_s``,
 ``prompt_tokens`` and ``output_tokens`` (the schema of ``data/traces/``), stored as Parquet or
 CSV (``.csv``, or compressed: ``.csv.gz``, ``.csv.bz2``, ``.csv.zst``, ``.csv.lz4``; a UTF-8
-byte-order mark is skipped). Only those three columns are read; anything else (timestamps,
-prefix hashes) is ignored.
+byte-order mark is skipped). Only those three columns are read here; a Parquet trace's
+``hash_ids`` (prefix hashes) are read by ``prefixes`` when the prefix cache is on; anything else
+(timestamps) is ignored.
 
 Rows are checked when the file is read, not repaired: a value that is not a number, an empty
 cell, a token count that is not a whole number from 1 to 2**31-1 (what the int32 columns of
@@ -29,8 +30,7 @@ Filters apply in this fixed order, on the trace's own clock counted from its fir
 5. ``rate_scale``: ``t / rate_scale``; X > 1 replays X times faster. Scaling last means
    ``duration_s`` always counts seconds of the original trace.
 
-Left out: prefix hashes (prefix caching), per-request deadlines or priorities, multi-turn
-session structure.
+Left out: per-request deadlines or priorities, multi-turn session structure.
 """
 
 from __future__ import annotations

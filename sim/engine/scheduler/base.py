@@ -7,6 +7,10 @@ finishing and releasing KV) lives here, once. Block accounting belongs to ``KVCa
 scheduler only asks it. A scheduler has no clock: it reports which requests sampled their first
 token and which finished (``on_step_end``), and the replica stamps the times clients see.
 
+With a prefix cache (``kv.prefix_caching``), a waiting request's cached prompt blocks count as
+computed when it is admitted (``admission_tokens``, ``try_admit``), and the blocks a step
+computed are registered for others (``on_step_end``); policies change nothing else.
+
 Preemption is by recompute, as vLLM does by default: the victim (the most recently admitted
 running request) drops its KV and returns to the front of the waiting queue; when it runs again
 it prefills its prompt and the output tokens it had already produced.
@@ -162,10 +166,23 @@ class Scheduler:
                 return False
         return True
 
+    def admission_tokens(self, request: Request) -> int:
+        """Tokens the waiting ``request`` computes if admitted now: those not computed, less
+        the prompt tokens a prefix cache holds (vLLM's ``get_computed_blocks``)."""
+        if self.kv.prefix_caching:
+            return request.num_uncomputed_tokens - self.kv.cached_tokens(request)
+        return request.num_uncomputed_tokens
+
     def try_admit(self, request: Request, num_tokens: int) -> bool:
-        """Move the head of ``waiting`` to ``running`` if the KV (above the watermark) allows."""
-        if self.kv.admit(request, request.num_computed_tokens + num_tokens) is None:
+        """Move the head of ``waiting`` to ``running`` if the KV (above the watermark) allows,
+        with ``num_tokens`` to compute (after its cached prefix, with a prefix cache)."""
+        cached = self.kv.admit_cached(request, num_tokens)
+        if cached is None:
             return False
+        if cached:
+            request.num_computed_tokens += cached
+            if not request.num_preemptions:
+                request.cached_prompt_tokens = cached
         self.waiting.popleft()
         request.status = RUNNING
         self.running.append(request)
@@ -176,8 +193,11 @@ class Scheduler:
         the plan's order), and the requests that completed."""
         first_tokens: list[Request] = []
         finished: list[Request] = []
+        caching = self.kv.prefix_caching
         for request, num_tokens in plan.prefills:
             request.num_computed_tokens += num_tokens
+            if caching:
+                self.kv.cache_computed(request)
             if request.num_computed_tokens == request.prompt_tokens + request.num_generated:
                 # a prefill that reaches the last known token samples the next one: always the
                 # first (a recompute stops one token short and decodes the rest)

@@ -24,7 +24,7 @@ class PrefillFirstScheduler(Scheduler):
         waiting = self.waiting
         while waiting and len(self.running) < self.max_num_seqs:
             request = waiting[0]
-            num_tokens = request.num_uncomputed_tokens
+            num_tokens = self.admission_tokens(request)
             if num_tokens > budget or not self.try_admit(request, num_tokens):
                 break
             plan.add_prefill(request, num_tokens)

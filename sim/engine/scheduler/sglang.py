@@ -46,11 +46,12 @@ retracted request is recomputed as vLLM's preemption is (``sim.engine.request``)
 Pages are the KV cache's blocks: SGLang's default page is 1 token, so ``kv.block_size=1``
 reproduces it exactly; larger blocks round as SGLang's paged allocator does.
 
-Left out: the radix prefix cache (no prompt shares a prefix here, so a hit never happens),
-overlap scheduling (SGLang's default runs the CPU scheduling of step n+1 during step n; here a
-step's decisions see the previous step's results), priorities and other schedule policies than
-FCFS, the ``ignore_eos`` admission path used only with the radix cache disabled, dynamic chunk
-sizes, the prefill delayer, speculative decoding and DP attention.
+The radix prefix cache is ``kv.prefix_caching=true`` (``sim.engine.prefix_cache``: whole blocks,
+LRU, as vLLM's; SGLang's radix tree matches at page granularity, which ``kv.block_size=1``
+gives). Left out: overlap scheduling (SGLang's default runs the CPU scheduling of step n+1
+during step n; here a step's decisions see the previous step's results), priorities and other
+schedule policies than FCFS, the ``ignore_eos`` admission path used only with the radix cache
+disabled, dynamic chunk sizes, the prefill delayer, speculative decoding and DP attention.
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ class SGLangScheduler(Scheduler):
                 self.batch_is_full = True
                 break
             request = waiting[0]
-            extend = request.num_uncomputed_tokens
+            extend = self.admission_tokens(request)  # after RadixAttention's hit
             max_new = min(request.output_tokens - request.num_generated, self.clip)
             if extend + max_new + page >= budget.remaining_total:
                 self.batch_is_full = True  # AddReqResult.NO_TOKEN

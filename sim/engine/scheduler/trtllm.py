@@ -44,12 +44,13 @@ llm_args.py`` @fcd3f316 (``capacity_scheduler_policy=GUARANTEED_NO_EVICT``,
 ``max_batch_size=2048``, ``max_num_tokens=8192``, the defaults of ``trtllm-serve``).
 
 Left out on purpose: the overlap scheduler (requests in flight skipped for one iteration, and
-max_utilization's two-step look-ahead it implies), KV block reuse (prefix caching) and the
-"beneficial to skip" delay it adds, beam search, speculative draft tokens, LoRA/PEFT pages,
-sliding-window attention, the STATIC_BATCH and PREFILL_FIRST capacity policies (``static`` and
-``prefill_first`` model those ideas), and the rare reordering where a short context that fits a
-leftover budget starts before an earlier, longer one that waits (here the earlier one keeps
-its place at the waiting queue's head).
+max_utilization's two-step look-ahead it implies), KV block reuse (prefix caching: refused with
+``kv.prefix_caching=true``; use ``scheduler=vllm``) and the "beneficial to skip" delay it adds,
+beam search, speculative draft tokens, LoRA/PEFT pages, sliding-window attention, the
+STATIC_BATCH and PREFILL_FIRST capacity policies (``static`` and ``prefill_first`` model those
+ideas), and the rare reordering where a short context that fits a leftover budget starts before
+an earlier, longer one that waits (here the earlier one keeps its place at the waiting queue's
+head).
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ class TRTLLMScheduler(Scheduler):
         max_model_len: int | None = None,
     ) -> None:
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
+        require(
+            not kv.prefix_caching,
+            "kv.prefix_caching",
+            True,
+            "not modelled with scheduler=trtllm; use scheduler=vllm, sglang, sarathi or "
+            "prefill_first",
+        )
         require(
             capacity_policy in CAPACITY_POLICIES,
             "scheduler.capacity_policy",

@@ -24,7 +24,9 @@ throughput, see PR #17885"), 256 and 2,048. Then, as vLLM does for defaulted val
 without chunked prefill the budget is at least ``max_model_len``; it is at most
 ``max_num_seqs × max_model_len``; and a defaulted ``max_num_seqs`` is at most the budget.
 
-Left out: prefix caching, speculative decoding, priorities, the async output processor.
+Prefix caching is ``kv.prefix_caching=true`` (``sim.engine.prefix_cache``; a waiting request's
+cached tokens count as computed when it is admitted). Left out: speculative decoding,
+priorities, the async output processor.
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ class VLLMScheduler(Scheduler):
             and len(plan.prefills) < self.max_prefills
         ):
             request = waiting[0]
-            num_tokens = request.num_uncomputed_tokens
+            num_tokens = self.admission_tokens(request)
             if num_tokens > budget:
                 if not self.chunked_prefill:
                     break

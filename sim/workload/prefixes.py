@@ -1,0 +1,134 @@
+"""Where prompts' shared prefixes come from: a trace's block hashes, mapped onto engine blocks.
+
+Mooncake's traces give each request ``hash_ids``: one id per block of ``H`` prompt tokens
+(``H = 512`` for the shipped trace, its ``hash_block_tokens`` metadata), where equal leading ids
+mean equal leading tokens (the last block may be partial). A block's content is therefore known
+by its id *and every id before it*: two requests share trace block ``k`` only when their ids
+agree up to ``k``.
+
+The engine's blocks (``kv.block_size`` = ``B`` tokens, 16 by default) are smaller. Engine block
+``j`` covers prompt tokens ``[jB, (j+1)B)``; it belongs to the trace block holding its last
+token, ``k = ((j+1)B - 1) // H``, and is known by the chain of trace ids up to ``k`` and by its
+place among that trace block's engine blocks. So with ``B`` dividing ``H`` each trace block is
+``H / B`` engine blocks in a row, and an engine block that straddles two trace blocks (``B`` not
+dividing ``H``) is shared only when both are. A request's prompt is given to the prefix cache
+as its engine blocks grouped by trace block (``prefix_groups``: the chain's key and how many of
+the group's blocks the prompt fills); only full engine blocks count (a prefix cache keeps full
+blocks only), and none past the ids the trace gives.
+
+A key is a polynomial hash of the chain of ids, mod 2**64 (computed for every request at once
+with prefix sums): deterministic, 64-bit, so two different prefixes share a key with negligible
+chance on real traces (it is not meant to resist ids chosen to collide).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import ConfigError, require
+from sim.resources import resolve_path
+from sim.workload.source import Workload
+
+HASH_COLUMN = "hash_ids"
+
+
+# the chain's polynomial hash, mod 2**64: key_k = sum over i <= k of (id_i + 1) * P**(k - i)
+_P = 0x100000001B3  # an odd multiplier (FNV-1's 64-bit prime)
+_P_INVERSE = pow(_P, -1, 2**64)
+
+
+@dataclass(frozen=True)
+class PrefixGroups:
+    """Every request's prefix groups, flat: request ``i``'s are ``groups[offsets[i]:offsets[i +
+    1]]``, (key, blocks) pairs (``Request.prefix_groups`` takes them at issue)."""
+
+    groups: list[tuple[int, int]]
+    offsets: list[int]
+
+    def of(self, request: int) -> list[tuple[int, int]]:
+        return self.groups[self.offsets[request] : self.offsets[request + 1]]
+
+
+def prefix_groups(
+    hash_ids: list[np.ndarray], prompt_tokens: np.ndarray, hash_block_tokens: int, block_size: int
+) -> PrefixGroups:
+    """Each prompt's full engine blocks grouped by the trace block holding their last token:
+    per trace block, a key naming its chain of ids and how many engine blocks of it the prompt
+    fills (groups with none are left out). Computed for every request at once."""
+    lengths = np.fromiter((len(h) for h in hash_ids), np.int64, len(hash_ids))
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    total = int(starts[-1])
+    if not total:
+        return PrefixGroups([], [0] * (len(hash_ids) + 1))
+    values = np.concatenate([np.asarray(h, np.int64) for h in hash_ids]).astype(np.uint64)
+    position = np.arange(total, dtype=np.int64) - np.repeat(starts[:-1], lengths)
+    most = int(lengths.max())  # (a few hundred at most)
+    powers = np.array([pow(_P, i, 2**64) for i in range(most)], np.uint64)
+    inverse = np.array([pow(_P_INVERSE, i, 2**64) for i in range(most)], np.uint64)
+    with np.errstate(over="ignore"):
+        # the chain by prefix sums: key_k = P**k * sum over i <= k of (id_i + 1) * P**-i
+        summed = np.cumsum((values + np.uint64(1)) * inverse[position])
+        before = np.concatenate(([np.uint64(0)], summed))[starts[:-1]]
+        keys = (summed - np.repeat(before, lengths)) * powers[position]
+    request = np.repeat(np.arange(len(hash_ids)), lengths)
+    full = np.minimum(np.asarray(prompt_tokens, np.int64), lengths * hash_block_tokens)
+    full -= full % block_size
+    first = position * hash_block_tokens
+    last = np.minimum(first + hash_block_tokens, full[request])
+    counts = np.where(last > first, last // block_size - first // block_size, 0)
+    kept = counts > 0
+    per_request = np.bincount(request[kept], minlength=len(hash_ids))
+    return PrefixGroups(
+        list(zip(keys[kept].view(np.int64).tolist(), counts[kept].tolist(), strict=True)),
+        np.concatenate(([0], np.cumsum(per_request))).tolist(),
+    )
+
+
+def with_hash_ids(workload: Workload, hash_block_tokens: int | None) -> Workload:
+    """``workload`` with the ``hash_ids`` of its trace's rows (a workload that replays no trace,
+    or a trace without the column, has none: nothing in it is shared)."""
+    if workload.trace_file is None:
+        return workload
+    import pyarrow.parquet as pq
+
+    from sim.workload.traces import is_csv
+
+    field = "workload.path"
+    path = resolve_path(workload.trace_file, field)
+    if is_csv(Path(path)):
+        return workload  # a CSV has no list column
+    parquet = pq.ParquetFile(path)
+    if HASH_COLUMN not in parquet.schema_arrow.names:
+        return workload
+    if hash_block_tokens is None:
+        meta = parquet.schema_arrow.metadata or {}
+        given = meta.get(b"hash_block_tokens")
+        if given is None:
+            raise ConfigError(
+                "workload.hash_block_tokens",
+                None,
+                f"{workload.trace_file} has a {HASH_COLUMN} column but no hash_block_tokens "
+                "metadata: say how many prompt tokens each hash covers",
+            )
+        hash_block_tokens = int(given)
+    column = parquet.read(columns=[HASH_COLUMN]).column(HASH_COLUMN).combine_chunks()
+    assert workload.trace_rows is not None
+    offsets = column.offsets.to_numpy()
+    values = column.values.to_numpy(zero_copy_only=False)
+    rows = workload.trace_rows
+    null_rows = np.flatnonzero(~column.is_valid().to_numpy(zero_copy_only=False)[rows])
+    require(
+        null_rows.size == 0,
+        field,
+        workload.trace_file,
+        f"row {int(rows[null_rows[0]]) + 1 if null_rows.size else 0}, column {HASH_COLUMN}: "
+        "empty (give a list, [] when nothing is shared)",
+    )
+    hash_ids = [values[offsets[r] : offsets[r + 1]] for r in rows]
+    return dataclasses.replace(
+        workload, hash_ids=hash_ids, hash_block_tokens=int(hash_block_tokens)
+    )

@@ -1,0 +1,132 @@
+"""Prefix caching end to end: a trace's hash_ids replayed into the prefix cache
+(sim.workload.prefixes), what the run reports, and the runs that do not ask for it unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.config.compose import compose_config
+from sim.errors import ConfigError
+from sim.output.results import REQUESTS_SCHEMA
+from sim.resources import resolve_path
+from sim.run import simulate
+from sim.workload.prefixes import prefix_groups
+
+MOONCAKE = "shipped:traces/mooncake_fast25_conversation.parquet"
+
+
+def reuse_from_hash_ids(
+    hash_ids: list[list[int]], prompts: list[int], hash_block: int, block: int
+) -> list[int]:
+    """Each request's cached blocks when every earlier request's full prompt blocks are
+    cached and nothing is evicted: its leading engine blocks whose content (the trace ids up to
+    the trace block holding the block's last token, and the block's end in it) an earlier
+    prompt had as a full block, at most (prompt - 1) // block of them."""
+    seen: set[tuple] = set()
+    hits = []
+    for ids, prompt in zip(hash_ids, prompts, strict=True):
+        full = min(prompt, len(ids) * hash_block) // block
+        blocks = []
+        for j in range(full):
+            end = (j + 1) * block
+            k = (end - 1) // hash_block
+            blocks.append((tuple(ids[: k + 1]), end - k * hash_block))
+        limit = min(full, (prompt - 1) // block)
+        hit = 0
+        while hit < limit and blocks[hit] in seen:
+            hit += 1
+        hits.append(hit)
+        seen.update(blocks)
+    return hits
+
+
+def test_with_room_for_everything_the_hits_are_the_reuse_the_hash_ids_give():
+    n = 250
+    result = simulate(
+        compose_config(
+            [
+                "workload=mooncake_conv",
+                f"workload.num_requests={n}",
+                "fleet.replicas=1",
+                "scheduler.max_num_seqs=1",  # one at a time: each sees every earlier prompt
+                "kv.num_blocks=3000000",  # never evicts
+                "kv.prefix_caching=true",
+                "step_time=constant",
+                "step_time.seconds=0.001",
+                "sim.progress=false",
+            ]
+        )
+    )
+    table = pq.read_table(
+        resolve_path(MOONCAKE, "workload.path"), columns=["prompt_tokens", "hash_ids"]
+    )
+    ids = table.column("hash_ids").to_pylist()[:n]
+    prompts = table.column("prompt_tokens").to_pylist()[:n]
+    expected = reuse_from_hash_ids(ids, prompts, 512, 16)
+    got = (np.asarray(result.requests.column("cached_prompt_tokens")) // 16).tolist()
+    assert got == expected
+    cache = result.summary["prefix_cache"]
+    assert cache["hit_blocks"] == sum(expected) > 0 and cache["evicted_blocks"] == 0
+    assert cache["hit_rate_tokens"] == pytest.approx(16 * sum(expected) / sum(prompts))
+
+
+def test_the_prefix_cache_cuts_prefill_work_on_the_shared_prefixes():
+    base = [
+        "workload=mooncake_conv",
+        "workload.num_requests=200",
+        "fleet.replicas=2",
+        "kv.num_blocks=200000",  # room for every request: nobody is preempted
+        "sim.progress=false",
+    ]
+    off = simulate(compose_config(base))
+    on = simulate(compose_config([*base, "kv.prefix_caching=true"]))
+    cached = int(np.asarray(on.requests.column("cached_prompt_tokens")).sum())
+    assert cached > 0
+    prefill_off = int(np.asarray(off.steps.column("num_prefill_tokens")).sum())
+    prefill_on = int(np.asarray(on.steps.column("num_prefill_tokens")).sum())
+    # the steps count only the tokens computed: exactly the cached ones fewer (no preemption)
+    assert off.summary["num_preemptions"] == on.summary["num_preemptions"] == 0
+    assert prefill_off - prefill_on == cached
+    assert on.summary["ttft_s"]["mean"] < off.summary["ttft_s"]["mean"]
+
+
+def test_without_it_the_tables_and_summary_are_as_before():
+    result = simulate(compose_config(["workload=mooncake_conv", "workload.num_requests=30"]))
+    assert result.requests.schema.equals(REQUESTS_SCHEMA)
+    assert "prefix_cache" not in result.summary
+
+
+def test_prefix_groups_map_trace_blocks_onto_engine_blocks():
+    ids = [np.array([7, 8, 9]), np.array([7, 8, 5]), np.array([7]), np.array([], np.int64)]
+    groups = prefix_groups(ids, np.array([1200, 1100, 100, 40]), 512, 16)
+    a, b, c, d = (groups.of(i) for i in range(4))
+    assert [n for _, n in a] == [32, 32, 11]  # 1200 tokens: 75 full blocks of 16
+    assert a[:2] == b[:2] and a[2][0] != b[2][0]  # the same first two trace blocks, then not
+    assert [n for _, n in b] == [32, 32, 4]
+    assert c == [(a[0][0], 6)] and d == []  # a prefix of a's first group; no ids, no groups
+    # an engine block that straddles two trace blocks belongs to the second
+    straddle = prefix_groups([np.array([1, 2])], np.array([1000]), 500, 16).of(0)
+    assert [n for _, n in straddle] == [31, 31]  # ends 16..496 in the first, 512..992 next
+
+
+def test_a_trace_with_hash_ids_but_no_block_size_is_one_line(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "arrival_time_s": [0.0, 1.0],
+                "prompt_tokens": pa.array([100, 100], pa.int32()),
+                "output_tokens": pa.array([10, 10], pa.int32()),
+                "hash_ids": [[1], [1]],
+            }
+        ),
+        path,
+    )
+    over = ["workload=trace", f"workload.path={path}", "kv.prefix_caching=true"]
+    with pytest.raises(ConfigError, match=r"^workload\.hash_block_tokens=None: .* no hash_block"):
+        simulate(compose_config(over))
+    result = simulate(compose_config([*over, "workload.hash_block_tokens=64"]))
+    assert result.requests.column("cached_prompt_tokens").to_pylist() == [0, 64]
