@@ -26,7 +26,7 @@ from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.step_time.base import ScaledStepTime
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
@@ -119,6 +119,12 @@ def simulate(
     if run.sim.step_time_scale != 1.0:
         step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
     router = build(cfg["router"], "router", rng=rng.stream(run.seed, "router"))
+    require(
+        run.kv.prefix_caching or not getattr(router, "needs_prefix_cache", False),
+        "router",
+        cfg["router"]["_target_"].rsplit(".", 1)[-1],
+        "routes on the prefix cache: set kv.prefix_caching=true",
+    )
     workload = build_workload(run.workload, run.seed)
     if run.sim.arrival_rate_scale != 1.0:
         if workload.arrival_time_s is None:

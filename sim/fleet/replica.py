@@ -105,6 +105,11 @@ class Replica:
 
     # -- requests in -----------------------------------------------------------------------
 
+    def cached_prompt_tokens(self, request: Request) -> int:
+        """Prompt tokens of the new ``request`` this replica's prefix cache holds now (what a
+        cache-aware router weighs; 0 without a prefix cache)."""
+        return self._by_model[request.model_id].scheduler.kv.cached_tokens(request)
+
     def add(self, request: Request, caller_priority: int) -> None:
         """Take a routed request: it reaches its engine now (after the engine's
         ``request_overhead_s``), or when the frontend's queue clears.

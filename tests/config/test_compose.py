@@ -23,6 +23,7 @@ EXTRA = {
     ("workload", "trace"): ["workload.path=shipped:traces/azure_llm_2023_conv.parquet"],
     ("workload", "daily"): ["workload.qps=5", "workload.duration_s=60"],
     ("placement", "dedicated"): ["fleet.replicas=2"],  # one replica per model
+    ("router", "prefix_affinity"): ["kv.prefix_caching=true"],
     # a GPU given entirely on the command line (an H100's figures)
     ("hardware", "custom"): [
         "hardware.name=custom-H100",

@@ -12,9 +12,11 @@ import pytest
 
 from sim import rng
 from sim.engine.request import Request
+from sim.errors import ConfigError
 from sim.fleet.router import (
     LeastOutstandingRouter,
     LeastTokensRouter,
+    PrefixAffinityRouter,
     RandomRouter,
     RoundRobinRouter,
 )
@@ -29,6 +31,10 @@ class Stub:
 
     num_outstanding: int = 0
     committed_tokens: int = 0
+    cached: int = 0  # prompt tokens its prefix cache holds for the request
+
+    def cached_prompt_tokens(self, request: Request) -> int:
+        return self.cached
 
 
 def request(model_id: int = 0, request_id: int = 0) -> Request:
@@ -255,3 +261,60 @@ def test_least_loaded_run_sends_requests_to_an_idle_fleet_to_replica_0(router):
     assert np.all(req["status"] == "completed")
     assert np.all(req["arrival_time_s"][1:] > req["completion_time_s"][:-1])
     assert list(req["replica_id"]) == [0] * 10
+
+
+# --- prefix affinity -------------------------------------------------------------------------
+
+
+def prompt_with_prefix(prompt: int = 100) -> Request:
+    r = Request(0, 0.0, prompt, 10)
+    r.prefix_groups = [(1, prompt // 16)]
+    return r
+
+
+def test_prefix_affinity_weighs_the_cached_share_against_the_load():
+    router = PrefixAffinityRouter(prefix_weight=3.0, load_weight=2.0)
+    # replica 1 holds 80 of 100 prompt tokens but has 2 more in flight: 3 x 0.8 = 2.4 beats
+    # replica 0's 2 x 1 (least loaded, nothing cached)
+    replicas = [Stub(num_outstanding=3), Stub(num_outstanding=5, cached=80)]
+    assert router.choose(prompt_with_prefix(), replicas) == 1
+    # at 60 tokens cached: 3 x 0.6 = 1.8 < 2: the load wins
+    replicas[1].cached = 60
+    assert router.choose(prompt_with_prefix(), replicas) == 0
+    # in the middle of three loads the scale is linear: (5 - 4) / (5 - 3) = 0.5
+    replicas = [Stub(num_outstanding=3), Stub(num_outstanding=4, cached=40), Stub(5)]
+    # replica 1: 3 x 0.4 + 2 x 0.5 = 2.2 > replica 0's 2.0
+    assert router.choose(prompt_with_prefix(), replicas) == 1
+
+
+def test_prefix_affinity_without_a_prefix_is_least_outstanding():
+    router = PrefixAffinityRouter()
+    replicas = [Stub(4), Stub(2), Stub(2, cached=50)]
+    plain = Request(0, 0.0, 100, 10)  # no prefix groups: nothing can be cached
+    assert router.choose(plain, replicas) == LeastOutstandingRouter().choose(plain, replicas) == 1
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "x", True])
+def test_prefix_affinity_weights_are_checked(bad):
+    with pytest.raises(ConfigError, match="^router.prefix_weight="):
+        PrefixAffinityRouter(prefix_weight=bad)
+
+
+def test_prefix_affinity_needs_the_prefix_cache():
+    with pytest.raises(ConfigError, match="^router='PrefixAffinityRouter': routes on the prefix"):
+        simulate(compose("router=prefix_affinity", "workload.num_requests=10"))
+
+
+def test_prefix_affinity_finds_more_of_the_mooncake_prefixes_than_least_outstanding():
+    base = [
+        "workload=mooncake_conv",
+        "workload.num_requests=400",
+        "kv.prefix_caching=true",
+        "kv.num_blocks=300000",  # room to keep what was computed: routing decides the hits
+        "sim.progress=false",
+    ]
+    hits = {
+        router: simulate(compose(*base, f"router={router}")).summary["prefix_cache"]["hit_tokens"]
+        for router in ("least_outstanding", "prefix_affinity")
+    }
+    assert hits["prefix_affinity"] > 1.3 * hits["least_outstanding"], hits
