@@ -139,13 +139,29 @@ def simulate(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
         )
 
-    if run.kv.prefix_caching and isinstance(run.workload, TraceWorkload):
-        workload = with_hash_ids(workload, run.workload.hash_block_tokens)
-    cache_class = PrefixCachingKVCache if run.kv.prefix_caching else KVCache
+    if run.kv.prefix_caching:
+        if isinstance(run.workload, TraceWorkload):
+            workload = with_hash_ids(workload, run.workload.hash_block_tokens)
+        require(
+            workload.hash_ids is not None,
+            "kv.prefix_caching",
+            True,
+            "this workload says nothing of what its prompts share: replay a Parquet trace "
+            "with a hash_ids column (workload=mooncake_conv)",
+        )
+    # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
+    # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
+    free_queue = not str(cfg["scheduler"].get("_target_", "")).endswith(".SGLangScheduler")
 
     def make_scheduler(model_id: int) -> Scheduler:
         plan = placement.deployments[model_id].memory
-        kv = cache_class(plan.num_blocks, plan.block_size, run.kv.watermark)
+        kv: KVCache
+        if run.kv.prefix_caching:
+            kv = PrefixCachingKVCache(
+                plan.num_blocks, plan.block_size, run.kv.watermark, free_queue=free_queue
+            )
+        else:
+            kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
         return build(
             cfg["scheduler"],
             "scheduler",

@@ -1,21 +1,26 @@
 """A KV cache that keeps computed prompt blocks for reuse (``kv.prefix_caching=true``).
 
-vLLM's automatic prefix caching (v1 ``KVCacheManager`` and its docs, "Automatic Prefix
-Caching", read 2026-12-02), in block counts:
+What is kept, and for whom (vLLM v1's ``KVCacheManager`` and ``BlockPool``, and its docs,
+"Automatic Prefix Caching"; SGLang's ``RadixCache``; read 2026-12-02), in block counts:
 
-- A full block of a prompt is known by its tokens and every token before it. Once a step has
-  computed it, the block is registered (``cache_computed``); a later request whose prompt starts
-  with the same blocks is admitted holding them (reference counted) and computes only the rest
-  (``admit_cached``). At least one prompt token is always computed: a fully cached prompt
-  recomputes its last block, as vLLM caps a hit at ``num_tokens - 1``.
-- A registered block that its last holder frees stays cached, evictable, and counts as free
-  room. When the pool needs room, the least recently freed cached block is evicted. A request
-  frees its blocks tail first, so a prompt's last blocks go before its first ones (as vLLM).
-- A block some request holds is never evicted: only blocks with no holder are evictable.
+- A full block of a prompt is known by its tokens and every token before it. A waiting request
+  is admitted holding the longest run of its leading blocks that are cached (shared, reference
+  counted) and computes only the rest (``admit_cached``). At least one prompt token is always
+  computed: a fully cached prompt recomputes its last block, as vLLM caps a hit at
+  ``num_tokens - 1``.
+- When a block is registered (cached): vLLM registers the blocks a step will compute when it
+  allocates them, so a request admitted later in the same step already finds them
+  (``free_queue=True``, from ``grow``); SGLang inserts a prefill's tokens into its radix tree
+  when the step ends (``free_queue=False``, ``cache_computed``).
+- Eviction, ``free_queue=True`` (vLLM's ``BlockPool``): every free block, cached or not, waits
+  in one queue in the order it was freed; a new block is taken from the head, and a cached one
+  taken so is evicted, even when uncached free blocks wait behind it. ``free_queue=False``
+  (SGLang): cached blocks nobody holds are evicted, least recently freed first, only when no
+  other block is free. Either way a request frees its blocks tail first (its own blocks, then
+  its cached ones from the last), and a block some request holds is never evicted.
 
 ``num_used_blocks`` keeps its meaning (blocks requests hold: KV use never counts cached, unheld
-blocks); admission sees evictable blocks as free. Evictions happen when blocks are allocated, so
-the cache holds what an LRU cache of the same size would, step by step.
+blocks); admission sees evictable blocks as free.
 
 Groups, not blocks. A request's prompt blocks come in groups of consecutive blocks
 (``Request.prefix_groups``: a trace's hash blocks, ``sim.workload.prefixes``): a group is known
@@ -23,13 +28,19 @@ by a key that also names everything before it, and a prompt holds a group's firs
 Every state here is kept per group, not per block, because it only ever changes at a group's
 ends: a group's registered blocks are a prefix of it (registered head first, evicted tail
 first); its held blocks are a prefix of those (a holder holds a prefix); its evictable blocks
-are the rest, in pieces by when they were freed (older pieces at the tail). The cache does per
-group what vLLM does per block, 32 times fewer steps for the shipped Mooncake trace. One
-approximation: when two requests compute the same group at once and the one that registered its
-first blocks is not the one that got further, vLLM registers the later blocks from the other;
-here they stay that request's own (a hit on them is lost until the group is computed again).
-Requests that run one at a time see exactly vLLM's hits and evictions (tested against a
-per-block LRU).
+are the rest, in pieces by when they were freed (older pieces at the tail). That is 32 times
+fewer steps than per block for the shipped Mooncake trace. With requests one at a time the
+hits and evictions equal a per-block model of either policy exactly (tested, whole and chunked
+prefills). Left out, each a difference from vLLM:
+
+- when two requests compute the same group at once and the one that registered its first blocks
+  falls behind, vLLM registers the later blocks from the other; here they stay that request's
+  own, uncached;
+- a fully cached prompt's recomputed last block: vLLM caches the copy too (it does not
+  de-duplicate), so it outlives the original's eviction; here it is the request's own;
+- vLLM also caches full blocks of generated tokens; no later prompt here contains them (the
+  trace's hash ids cover prompts), so they would only be evicted, and here they are plain free
+  blocks; a preempted request's recompute may hit its own prompt, never its output.
 
 Counters for ``summary.json``'s ``prefix_cache``: prompt tokens and blocks looked up at
 admissions and found, blocks registered, and blocks evicted.
@@ -38,6 +49,8 @@ admissions and found, blocks registered, and blocks evicted.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +88,7 @@ class PrefixCachingKVCache(KVCache):
     """``KVCache`` with a prefix cache (module docstring). Blocks are counted, not named."""
 
     __slots__ = (
+        "free_queue",
         "_groups",
         "_holding",
         "_registered_upto",
@@ -85,17 +99,21 @@ class PrefixCachingKVCache(KVCache):
     )
     prefix_caching = True
 
-    def __init__(self, num_blocks: int, block_size: int, watermark: float = 0.0) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, watermark: float = 0.0, free_queue: bool = True
+    ) -> None:
         super().__init__(num_blocks, block_size, watermark)
+        self.free_queue = free_queue
         self._groups: dict[int, _Group] = {}
         # per request: the groups it holds registered blocks of, and how many, in prompt order
         self._holding: dict[Request, list[tuple[_Group, int]]] = {}
         # per request: the first of its groups not wholly registered as its own, and that
         # group's first block (where registering goes on)
         self._registered_upto: dict[Request, tuple[int, int]] = {}
-        # (run, group) for each piece made evictable, least recently freed first; an entry
-        # whose piece was held again since is skipped
-        self._lru: deque[tuple[int, _Group]] = deque()
+        # the free blocks in eviction order, least recently freed first: [run, group, 0] for a
+        # cached piece (skipped once held again), and with the free queue [run, None, count]
+        # for blocks that hold nothing cached (at first, the whole pool)
+        self._lru: deque[list[Any]] = deque([[0, None, num_blocks]] if free_queue else [])
         self._runs = 0
         self.num_evictable_blocks = 0
         self.looked_up_tokens = 0
@@ -182,14 +200,19 @@ class PrefixCachingKVCache(KVCache):
     # -- registration -------------------------------------------------------------------------
 
     def cache_computed(self, request: Request) -> None:
-        """Register ``request``'s full prompt blocks computed so far (after a step): in each
-        group, those past the group's registered ones, when it holds all of those."""
+        """After a step: register ``request``'s full prompt blocks computed so far (SGLang's
+        radix cache inserts a prefill's tokens when it ends; with the free queue, vLLM's, the
+        blocks were registered when allocated)."""
+        if not self.free_queue and request.prefix_groups:
+            self._register(request, request.num_computed_tokens // self.block_size)
+
+    def _register(self, request: Request, computed: int) -> None:
+        """Register ``request``'s first ``computed`` full prompt blocks: in each group, those
+        past the group's registered ones, when it holds all of those."""
         prefix = request.prefix_groups
-        if not prefix:
-            return
+        assert prefix
         # where the last call stopped: the first group not wholly its own yet, and its start
         at, start = self._registered_upto.get(request, (0, 0))
-        computed = request.num_computed_tokens // self.block_size
         if computed <= start or at >= len(prefix):
             return
         groups = self._groups
@@ -237,23 +260,31 @@ class PrefixCachingKVCache(KVCache):
 
     # -- allocation: evict least recently freed cached blocks when room runs out ---------------
 
-    def _make_room(self) -> None:
-        """Evict cached blocks until held and cached blocks fit in the pool."""
-        need = self.num_used_blocks + self.num_evictable_blocks - self.num_blocks
+    def _consume(self, count: int) -> None:
+        """Take ``count`` blocks from the head of the free blocks, evicting the cached ones
+        among them (with the free queue: every allocation; else only what room requires)."""
         lru = self._lru
         evicted = 0
-        while need > 0:
-            run, group = lru[0]
+        while count > 0:
+            entry = lru[0]
+            run, group, empty = entry
+            if group is None:  # blocks that hold nothing cached
+                if empty > count:
+                    entry[2] = empty - count
+                    break
+                count -= empty
+                lru.popleft()
+                continue
             pieces = group.pieces
             if not pieces or pieces[-1][1] != run:
                 lru.popleft()  # held again since it was freed
                 continue
             start = pieces[-1][0]
             evict = group.registered - start
-            if evict > need:
-                evict = need
+            if evict > count:
+                evict = count
             group.registered -= evict
-            need -= evict
+            count -= evict
             evicted += evict
             if group.registered == start:
                 pieces.pop()
@@ -263,36 +294,54 @@ class PrefixCachingKVCache(KVCache):
         self.num_evictable_blocks -= evicted
         self.evicted_blocks += evicted
 
+    def _allocated(self, count: int) -> None:
+        """``count`` blocks were just allocated: take them from the free blocks."""
+        if self.free_queue:
+            self._consume(count)
+        else:  # cached blocks are evicted only when there is no other room
+            over = self.num_used_blocks + self.num_evictable_blocks - self.num_blocks
+            if over > 0:
+                self._consume(over)
+
     # (the base class also counts the blocks it has not named yet; nothing is named here)
 
     def grow(self, request: Request, num_tokens: int) -> int | None:
         added = super().grow(request, num_tokens)
-        if added and self.num_used_blocks + self.num_evictable_blocks > self.num_blocks:
-            self._make_room()
+        if added:
+            self._allocated(added)
+        if self.free_queue and added is not None and request.prefix_groups:
+            # vLLM caches the blocks of the tokens a step will compute when it allocates them
+            self._register(request, num_tokens // self.block_size)
         return added
 
     def grow_decodes(self, decodes: list[Request], num_steps: int) -> list[int] | np.ndarray:
+        before = self.num_used_blocks
         used = super().grow_decodes(decodes, num_steps)
-        if self.num_used_blocks + self.num_evictable_blocks > self.num_blocks:
-            self._make_room()
+        if self.num_used_blocks > before:
+            self._allocated(self.num_used_blocks - before)
         return used
 
     def free(self, request: Request) -> None:
-        """Release ``request``'s blocks; cached ones nobody else holds become evictable (tail
-        first), the others free."""
+        """Release ``request``'s blocks, tail first: cached ones nobody else holds become
+        evictable, the others free."""
         self._registered_upto.pop(request, None)
         held = request.kv_slots // self.block_size
         request.kv_slots = 0
         holding = self._holding.pop(request, None)
-        if holding is None:
-            self.num_used_blocks -= held
-            return
         self._runs += 1
         run = self._runs
         lru = self._lru
-        cached = freed = 0
-        for group, n in reversed(holding):
-            cached += n
+        if holding is None:
+            self.num_used_blocks -= held
+            if self.free_queue and held:
+                lru.append([run, None, held])
+            return
+        cached = sum(n for _, n in holding)
+        if self.free_queue and held > cached:
+            # its own blocks (its last prompt block, its output) are its table's tail
+            lru.append([run, None, held - cached])
+        freed = 0
+        for group, _ in reversed(holding):
             holders = group.holders
             del holders[request]
             still = max(holders.values()) if holders else 0
@@ -303,7 +352,7 @@ class PrefixCachingKVCache(KVCache):
                 else:
                     group.pieces.append([still, run])
                 group.held = still
-                lru.append((run, group))
+                lru.append([run, group, 0])
         # its own blocks are freed, the cached ones nobody else holds become evictable
         self.num_used_blocks -= held - cached + freed
         self.num_evictable_blocks += freed
@@ -322,8 +371,9 @@ class PrefixCachingKVCache(KVCache):
         """Blocks registered (held or evictable)."""
         return sum(g.registered for g in self._groups.values())
 
-    def check(self) -> None:
-        """Assert the accounting agrees with itself (for tests)."""
+    def check(self, requests: Iterable[Request] | None = None) -> None:
+        """Assert the accounting agrees with itself (for tests); with ``requests``, every
+        request holding blocks, also that they hold exactly the blocks counted in use."""
         held_by_groups = 0
         evictable = 0
         for group in self._groups.values():
@@ -339,17 +389,20 @@ class PrefixCachingKVCache(KVCache):
             assert runs == sorted(runs, reverse=True), "older pieces must be at the tail"
             held_by_groups += group.held
             evictable += group.registered - group.held
-        own = 0
         for request, holding in self._holding.items():
-            blocks = request.kv_slots // self.block_size
-            mine = sum(n for _, n in holding)
-            assert mine <= blocks, "holds more cached blocks than blocks"
+            assert sum(n for _, n in holding) <= request.kv_slots // self.block_size
             for group, n in holding:
                 assert self._groups[group.key] is group, "a held group left the cache"
                 assert group.holders.get(request) == n, "holding disagrees"
-            own += blocks - mine
         assert evictable == self.num_evictable_blocks, "evictable count disagrees"
-        assert self.num_used_blocks >= held_by_groups, "held count below the cached ones held"
-        assert self.num_used_blocks + self.num_evictable_blocks <= self.num_blocks, "over capacity"
-        assert 0 <= self.num_used_blocks <= self.num_blocks, "pool over capacity"
-        del own  # (requests without cached blocks are not listed: their blocks are all own)
+        free = self.num_blocks - self.num_used_blocks
+        assert 0 <= self.num_evictable_blocks <= free, "cached blocks beyond the free ones"
+        if self.free_queue:
+            empty = sum(entry[2] for entry in self._lru if entry[1] is None)
+            assert empty + self.num_evictable_blocks == free, "the free queue lost blocks"
+        if requests is not None:
+            own = 0
+            for request in requests:
+                holding = self._holding.get(request, [])
+                own += request.kv_slots // self.block_size - sum(n for _, n in holding)
+            assert self.num_used_blocks == held_by_groups + own, "blocks in use disagree"

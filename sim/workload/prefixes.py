@@ -118,7 +118,19 @@ def with_hash_ids(workload: Workload, hash_block_tokens: int | None) -> Workload
     column = parquet.read(columns=[HASH_COLUMN]).column(HASH_COLUMN).combine_chunks()
     assert workload.trace_rows is not None
     offsets = column.offsets.to_numpy()
-    values = column.values.to_numpy(zero_copy_only=False)
+    flat = column.values
+    bad: np.ndarray = np.flatnonzero(~flat.is_valid().to_numpy(zero_copy_only=False))
+    if not len(bad):
+        values = flat.to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(values < 0)
+    if len(bad):
+        row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
+        raise ConfigError(
+            field,
+            workload.trace_file,
+            f"row {row + 1}, column {HASH_COLUMN}: an empty or negative id; ids are whole "
+            "numbers >= 0",
+        )
     rows = workload.trace_rows
     null_rows = np.flatnonzero(~column.is_valid().to_numpy(zero_copy_only=False)[rows])
     require(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Container
 
 import pytest
 
@@ -107,38 +108,84 @@ def test_a_cached_block_a_running_request_holds_is_never_evicted():
     assert holder.num_preemptions + hungry.num_preemptions >= 1  # the pool did run out
 
 
-def per_block_lru_reference(
+def _block_ids(groups: list[tuple[int, int]]) -> list[tuple]:
+    """Each full prompt block, known by its group chain and its place in its group."""
+    return [
+        (tuple(key for key, _ in groups[: g + 1]), i)
+        for g, (_, n) in enumerate(groups)
+        for i in range(n)
+    ]
+
+
+def _leading_hits(ids: list[tuple], prompt: int, block: int, cached: Container) -> int:
+    """How many leading blocks are cached, leaving at least one prompt token to compute."""
+    limit = min(len(ids), (prompt - 1) // block)
+    hit = 0
+    while hit < limit and ids[hit] in cached:
+        hit += 1
+    return hit
+
+
+def free_queue_reference(
     requests: list[tuple[int, int, list[tuple[int, int]]]], num_blocks: int, block: int
 ) -> tuple[list[int], int]:
-    """What a per-block LRU prefix cache (vLLM's, blocks known by their prefix) finds when the
-    requests run one after another: each request's hit blocks, and the blocks evicted."""
+    """vLLM v1's BlockPool, block by block, requests one after another: one queue of every
+    free block, cached or not; an allocation pops the head (evicting it if cached); a hit takes
+    its blocks out of the queue; a finished request's blocks go to the tail, last block first.
+    Each request's hit blocks, and the cached blocks evicted."""
+    queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+    content: dict[int, tuple] = {}  # block id -> what it caches
+    cached: dict[tuple, int] = {}  # what is cached -> its block
+    hits, evicted = [], 0
+    for prompt, output, groups in requests:
+        ids = _block_ids(groups)
+        hit = _leading_hits(ids, prompt, block, cached)
+        table = [cached[i] for i in ids[:hit]]
+        for block_id in table:
+            del queue[block_id]
+        # the last sampled token is never computed: the KV peaks at prompt + output - 1 tokens
+        for _ in range(-(-(prompt + output - 1) // block) - hit):
+            block_id, _ = queue.popitem(last=False)
+            if block_id in content:
+                del cached[content.pop(block_id)]
+                evicted += 1
+            table.append(block_id)
+        for j in range(hit, len(ids)):  # its own full prompt blocks are cached
+            content[table[j]] = ids[j]
+            cached[ids[j]] = table[j]
+        for block_id in reversed(table):
+            queue[block_id] = None
+        hits.append(hit)
+    return hits, evicted
+
+
+def when_full_reference(
+    requests: list[tuple[int, int, list[tuple[int, int]]]], num_blocks: int, block: int
+) -> tuple[list[int], int]:
+    """A cache that evicts the least recently freed cached block only when it needs the room
+    (SGLang's radix cache), block by block, requests one after another."""
     lru: OrderedDict[tuple, None] = OrderedDict()  # unheld cached blocks, least recent first
     hits, evicted = [], 0
     for prompt, output, groups in requests:
-        ids = [(tuple(k for k, _ in groups[: g + 1]), i) for g, (_, n) in enumerate(groups)
-               for i in range(n)]  # fmt: skip
-        limit = min(len(ids), (prompt - 1) // block)
-        hit = 0
-        while hit < limit and ids[hit] in lru:
-            hit += 1
+        ids = _block_ids(groups)
+        hit = _leading_hits(ids, prompt, block, lru)
         for block_id in ids[:hit]:
             del lru[block_id]  # held again
-        # the request at its largest holds all its blocks: the unheld cached ones must fit
-        room = num_blocks - -(-(prompt + output) // block)
+        # at its largest the request holds prompt + output - 1 tokens: the rest is the room
+        room = num_blocks - -(-(prompt + output - 1) // block)
         while len(lru) > room:
             lru.popitem(last=False)
             evicted += 1
-        for block_id in reversed(ids):  # freed tail first
+        for block_id in reversed(ids):  # freed last block first
             lru[block_id] = None
         hits.append(hit)
     return hits, evicted
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_one_request_at_a_time_the_cache_is_a_per_block_lru(seed):
+def prefix_tree_requests(seed: int, block: int) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """40 prompts over a random tree of shared prefixes (groups of 1-3 blocks), each ending
+    in a partial block (so a hit never makes a request recompute a cached block)."""
     rng = random.Random(seed)
-    block, num_blocks = 4, 60
-    # prompts from a small tree of shared prefixes: groups of 1-3 blocks
     tree: list[list[tuple[int, int]]] = [[]]
     requests = []
     for _ in range(40):
@@ -148,21 +195,35 @@ def test_one_request_at_a_time_the_cache_is_a_per_block_lru(seed):
             groups.append((rng.getrandbits(48), rng.randint(1, 3)))
         tree.append(groups)
         full = sum(n for _, n in groups)
-        prompt = full * block + rng.randint(1 if not full else 0, 3)
-        requests.append((prompt, rng.randint(1, 12), groups))
-    expected_hits, expected_evicted = per_block_lru_reference(requests, num_blocks, block)
+        requests.append((full * block + rng.randint(1, block - 1), rng.randint(1, 12), groups))
+    return requests
 
-    kv = PrefixCachingKVCache(num_blocks, block)
-    sched = VLLMScheduler(kv, max_num_seqs=1, max_num_batched_tokens=256)
-    now, hits = 0.0, []
-    for rid, (prompt, output, groups) in enumerate(requests):
-        request = cached_request(rid, prompt, output, groups)
-        sched.add(request)
-        now = run_to_completion(sched, request, now)
-        hits.append(request.cached_prompt_tokens // block)
-    assert hits == expected_hits
-    assert kv.evicted_blocks == expected_evicted
-    assert sum(expected_hits) > 0 and expected_evicted > 0  # the scenario exercises both
+
+@pytest.mark.parametrize("free_queue", [True, False], ids=["free_queue", "when_full"])
+@pytest.mark.parametrize("budget", [256, 6], ids=["whole", "chunked"])
+def test_one_request_at_a_time_hits_and_evictions_equal_the_per_block_reference(free_queue, budget):
+    block, num_blocks = 4, 60
+    reference = free_queue_reference if free_queue else when_full_reference
+    total_hits = total_evicted = 0
+    for seed in range(20):
+        requests = prefix_tree_requests(seed, block)
+        expected_hits, expected_evicted = reference(requests, num_blocks, block)
+        kv = PrefixCachingKVCache(num_blocks, block, free_queue=free_queue)
+        sched = VLLMScheduler(kv, max_num_seqs=1, max_num_batched_tokens=budget)
+        now, hits = 0.0, []
+        for rid, (prompt, output, groups) in enumerate(requests):
+            request = cached_request(rid, prompt, output, groups)
+            sched.add(request)
+            while request.status != COMPLETED:
+                now += 1.0
+                step(sched, now)
+                kv.check(sched.running)
+            hits.append(request.cached_prompt_tokens // block)
+        assert hits == expected_hits, seed
+        assert kv.evicted_blocks == expected_evicted, seed
+        total_hits += sum(hits)
+        total_evicted += expected_evicted
+    assert total_hits > 0 and total_evicted > 0  # the scenarios exercise both
 
 
 @pytest.mark.parametrize("name", ["trtllm", "static"])
@@ -176,23 +237,45 @@ def test_schedulers_without_the_model_refuse_it_in_one_line(name):
         build(cfg["scheduler"], "scheduler", kv=PrefixCachingKVCache(100, 16))
 
 
-def test_concurrent_requests_keep_the_accounting_whole_and_all_complete():
+def _scheduler(kind: str, kv: PrefixCachingKVCache, rng: random.Random):
+    from sim.engine.scheduler.prefill_first import PrefillFirstScheduler
+    from sim.engine.scheduler.sarathi import SarathiScheduler
+    from sim.engine.scheduler.sglang import SGLangScheduler
+
+    seqs = rng.randint(2, 8)
+    if kind == "vllm":
+        return VLLMScheduler(kv, max_num_seqs=seqs, max_num_batched_tokens=rng.choice([8, 32]))
+    if kind == "sarathi":
+        return SarathiScheduler(kv, chunk_size=8, max_num_seqs=seqs, max_num_batched_tokens=64)
+    if kind == "prefill_first":
+        return PrefillFirstScheduler(kv, max_num_seqs=seqs, max_num_batched_tokens=256)
+    return SGLangScheduler(kv, max_running_requests=seqs, chunked_prefill_size=16)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sarathi", "prefill_first", "sglang"])
+@pytest.mark.parametrize("free_queue", [True, False], ids=["free_queue", "when_full"])
+def test_concurrent_requests_keep_the_accounting_exact_and_all_complete(kind, free_queue):
     # many requests at once over shared prefixes, pools small enough for evictions and
-    # preemptions: the cache's invariants hold at every step, every request completes once
+    # preemptions: the accounting is exact at every step (blocks in use are the held cached
+    # ones plus each request's own), and every request completes exactly once
     block = 4
     evicted = preempted = hits = 0
-    for seed in range(8):
+    for seed in range(12):
         rng = random.Random(seed)
-        kv = PrefixCachingKVCache(rng.randint(24, 48), block, watermark=rng.choice([0.0, 0.05]))
-        sched = VLLMScheduler(kv, max_num_seqs=rng.randint(2, 8), max_num_batched_tokens=32)
+        kv = PrefixCachingKVCache(
+            rng.randint(24, 48), block, rng.choice([0.0, 0.05]), free_queue=free_queue
+        )
+        sched = _scheduler(kind, kv, rng)
         prefixes = [[(rng.getrandbits(40), rng.randint(1, 3)) for _ in range(4)] for _ in range(3)]
         pending = []
-        for rid in range(60):
+        for rid in range(50):
             groups = prefixes[rng.randrange(3)][: rng.randint(0, 3)]
             groups += [(rng.getrandbits(40), rng.randint(1, 2))] * rng.randint(0, 1)
-            full = sum(n for _, n in groups)
-            prompt = full * block + rng.randint(1, 5)
-            pending.append(cached_request(rid, prompt, rng.randint(1, 30), groups))
+            if groups and rng.random() < 0.4:  # a prompt that ends inside its last group
+                key, n = groups[-1]
+                groups[-1] = (key, rng.randint(1, n))
+            prompt = sum(n for _, n in groups) * block + rng.randint(0, block - 1)
+            pending.append(cached_request(rid, max(prompt, 1), rng.randint(1, 30), groups))
         requests = list(pending)
         finished: list[int] = []
         now = 0.0
@@ -200,13 +283,69 @@ def test_concurrent_requests_keep_the_accounting_whole_and_all_complete():
             if pending and rng.random() < 0.5:
                 sched.add(pending.pop(0))
             now += 1.0
-            _, done = step(sched, now)
+            plan = sched.schedule()
+            steps = sched.decode_stretch_limit(plan) if plan.is_pure_decode else 1
+            if steps > 1:  # a decode stretch, cut short at random as an arrival would
+                done, _ = sched.advance_decodes(plan, rng.randint(1, steps))
+            else:
+                _, done = sched.on_step_end(plan)
             finished += [r.request_id for r in done]
-            kv.check()
-            assert kv.num_used_blocks + kv.num_evictable_blocks <= kv.num_blocks
-        assert sorted(finished) == list(range(60))  # each exactly once
+            kv.check(sched.running)
+        assert sorted(finished) == list(range(50))  # each exactly once
         assert kv.num_used_blocks == 0
+        assert not kv._holding and not kv._registered_upto  # nothing left of the requests
         evicted += kv.evicted_blocks
         hits += kv.hit_blocks
         preempted += sum(r.num_preemptions for r in requests)
-    assert evicted > 0 and preempted > 0 and hits > 0  # the scenarios exercise all three
+    assert evicted > 0 and hits > 0  # the scenarios exercise both
+    if kind != "prefill_first":
+        assert preempted > 0
+
+
+@pytest.mark.parametrize("free_queue", [True, False], ids=["free_queue", "when_full"])
+def test_holders_of_different_lengths_leave_pieces_that_are_held_again_in_order(free_queue):
+    # a holds all 3 blocks of group 7, b only its first (its prompt ends there); a ends first,
+    # then b: the group's evictable blocks come in two pieces, [1, 3) freed before [0, 1)
+    kv = PrefixCachingKVCache(64, 4, free_queue=free_queue)
+    sched = VLLMScheduler(kv, max_num_seqs=4, max_num_batched_tokens=64)
+    a = cached_request(0, 13, 2, [(7, 3)])
+    sched.add(a)
+    step(sched, 1.0)
+    b = cached_request(1, 6, 6, [(7, 1)])
+    sched.add(b)
+    now = 1.0
+    while a.status != COMPLETED or b.status != COMPLETED:
+        now += 1.0
+        step(sched, now)
+        kv.check(sched.running)
+    group = kv._groups[7]
+    assert (group.registered, group.held) == (3, 0)
+    assert [start for start, _ in group.pieces] == [0, 1]  # b's block freed last: the head
+    # c holds exactly the first piece again: the second stays, the only evictable blocks
+    c = cached_request(2, 6, 30, [(7, 1)])
+    sched.add(c)
+    step(sched, now + 1.0)
+    kv.check(sched.running)
+    assert c.cached_prompt_tokens == 4
+    assert [start for start, _ in group.pieces] == [1] and group.held == 1
+    assert kv.num_evictable_blocks == 2
+
+
+def test_sglang_counts_a_prefix_it_holds_again_out_of_its_admission_budget():
+    # SGLang's rem_total_tokens is available + evictable tokens: admitting r1 holds its 60
+    # cached tokens again, so they leave the evictable ones and r2 (30 + 5 tokens) no longer
+    # fits beside it (100 - 61 - 7 reserved = 32 < 36); it waits for the next batch
+    from sim.engine.scheduler.sglang import SGLangScheduler
+
+    kv = PrefixCachingKVCache(100, 1, free_queue=False)
+    sched = SGLangScheduler(kv, max_running_requests=8, max_prefill_tokens=1000)
+    first = cached_request(0, 61, 2, [(5, 60)])
+    sched.add(first)
+    run_to_completion(sched, first)
+    assert kv.num_evictable_blocks == 60
+    r1 = cached_request(1, 61, 5, [(5, 60)])
+    r2 = cached_request(2, 30, 5, [])
+    sched.add(r1)
+    sched.add(r2)
+    plan = sched.schedule()
+    assert prefills(plan) == [(1, 1)] and r1.cached_prompt_tokens == 60

@@ -130,3 +130,25 @@ def test_a_trace_with_hash_ids_but_no_block_size_is_one_line(tmp_path):
         simulate(compose_config(over))
     result = simulate(compose_config([*over, "workload.hash_block_tokens=64"]))
     assert result.requests.column("cached_prompt_tokens").to_pylist() == [0, 64]
+
+
+@pytest.mark.parametrize("ids, row", [([[1], [2, None]], 2), ([[1, 2], [-1]], 2), ([[-5], [1]], 1)])
+def test_bad_hash_ids_are_one_line_naming_the_row(tmp_path, ids, row):
+    path = tmp_path / "t.parquet"
+    table = pa.table(
+        {
+            "arrival_time_s": [0.0, 1.0],
+            "prompt_tokens": pa.array([100, 100], pa.int32()),
+            "output_tokens": pa.array([10, 10], pa.int32()),
+            "hash_ids": pa.array(ids, pa.list_(pa.int64())),
+        }
+    )
+    pq.write_table(table, path)
+    over = ["workload=trace", f"workload.path={path}", "kv.prefix_caching=true"]
+    with pytest.raises(ConfigError, match=rf"row {row}, column hash_ids: an empty or negative"):
+        simulate(compose_config([*over, "workload.hash_block_tokens=64"]))
+
+
+def test_the_prefix_cache_on_a_workload_that_shares_nothing_is_refused():
+    with pytest.raises(ConfigError, match=r"^kv\.prefix_caching=True: this workload says nothing"):
+        simulate(compose_config(["workload=poisson", "kv.prefix_caching=true"]))

@@ -291,9 +291,14 @@ class SGLangScheduler(Scheduler):
                 num_tokens = budget.chunk_left // page * page
                 if num_tokens <= 0:
                     break
+            free_before = self.kv.num_free_blocks
             if not self.try_admit(request, num_tokens):
                 self.batch_is_full = True
                 break
+            # a cached prefix it now holds is no longer evictable: SGLang's rem_total_tokens
+            # (available + evictable) loses it, beyond the new tokens charged below
+            taken = (free_before - self.kv.num_free_blocks) * page
+            budget.free -= max(0, taken - budget.paged(num_tokens))
             admitted += 1
             plan.add_prefill(request, num_tokens)
             if whole:
