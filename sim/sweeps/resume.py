@@ -4,7 +4,7 @@ Running a sweep command again completes only the missing jobs: a job whose folde
 finished run (``summary.json``, written last) of the same config is skipped. Configs are compared
 without their presentation keys (where the files go, whether a progress bar shows) and after
 ``sim.config.legacy`` has made older spellings current, so a sweep started by an older Fleetcast
-is still recognised.
+is still recognised; a ``model=hf`` run's model fields read from its config.json count as asked.
 """
 
 from __future__ import annotations
@@ -43,7 +43,21 @@ def job_status(job_dir: Path, resolved_config: dict) -> str:
         return "todo"
     if not isinstance(done, dict):
         return "todo"
+    asked = _with_derived_model(resolved_config, done)
     same = canonical_run_config(simulated_config(done)) == canonical_run_config(
-        simulated_config(resolved_config)
+        simulated_config(asked)
     )
     return "complete" if same else "todo"
+
+
+def _with_derived_model(asked: dict, done: dict) -> dict:
+    """``asked`` with the model fields it leaves to a config.json (``model=hf``: null) taken
+    from ``done``: a run records the values it read from the file in its config.yaml. (The
+    file's content is not compared, as a trace's is not.)"""
+    model, done_model = asked.get("model"), done.get("model")
+    if not isinstance(model, dict) or model.get("config_path") is None:
+        return asked
+    if not isinstance(done_model, dict):
+        return asked
+    filled = {k: done_model.get(k) if v is None else v for k, v in model.items()}
+    return {**asked, "model": filled}

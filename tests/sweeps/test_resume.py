@@ -147,3 +147,16 @@ def test_a_sweep_killed_midway_resumes_with_only_the_missing_jobs(tmp_path):
     assert _skipped(rerun.stdout) == done
     assert all((out / str(i) / "summary.json").exists() for i in range(4))
     assert not list(out.glob("*/.*.partial"))
+
+
+def test_job_status_counts_the_model_fields_a_config_json_gave_as_asked(tmp_path):
+    # model=hf leaves the shape to the file; the run's config.yaml records what it read
+    asked = {"model": {"config_path": "shipped:models/llama31_8b/config.json", "num_layers": None}}
+    done = {"model": {"config_path": "shipped:models/llama31_8b/config.json", "num_layers": 32}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(done))
+    (tmp_path / "summary.json").write_text("{}")
+    assert job_status(tmp_path, asked) == "complete"
+    other_file = {"model": {**asked["model"], "config_path": "other/config.json"}}
+    assert job_status(tmp_path, other_file) == "todo"
+    set_apart = {"model": {**asked["model"], "num_layers": 16}}  # given on the command line
+    assert job_status(tmp_path, set_apart) == "todo"
