@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from sim import rng
 from sim.catalog.placement import build_placement
-from sim.config.build import build
+from sim.config.build import build, target_class
 from sim.config.compose import to_dict
 from sim.config.schema import TraceWorkload, validate_run
 from sim.engine.kv_cache import KVCache
@@ -151,7 +151,7 @@ def simulate(
         )
     # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
     # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
-    free_queue = not str(cfg["scheduler"].get("_target_", "")).endswith(".SGLangScheduler")
+    free_queue = target_class(cfg["scheduler"], "scheduler").prefix_cache_eviction == "free_queue"
 
     def make_scheduler(model_id: int) -> Scheduler:
         plan = placement.deployments[model_id].memory

@@ -25,25 +25,31 @@ from sim.config.validation import Int, StrictModel, validate
 from sim.errors import ConfigError, require
 
 
-def build(node: Mapping[str, Any], group: str, **context: Any) -> Any:
-    """Instantiate ``node['_target_']`` with the node's other keys plus ``context``.
-
-    ``context`` holds what the run provides (the KV cache, the deployment, an RNG stream);
-    classes take the parts they need and ignore the rest through ``**_``.
-    """
-    node = dict(node)
-    target = node.pop("_target_", None)
+def target_class(node: Mapping[str, Any], group: str) -> Any:
+    """The class ``node['_target_']`` names (ConfigError when it names none)."""
+    target = node.get("_target_")
     require(
         isinstance(target, str) and "." in target,
         f"{group}._target_",
         target,
         "must name a class as module.Class",
     )
-    module_name, _, class_name = canonical_target(target).rpartition(".")
+    module_name, _, class_name = canonical_target(str(target)).rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        return getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError):
         raise ConfigError(f"{group}._target_", target, "no such class") from None
+
+
+def build(node: Mapping[str, Any], group: str, **context: Any) -> Any:
+    """Instantiate ``node['_target_']`` with the node's other keys plus ``context``.
+
+    ``context`` holds what the run provides (the KV cache, the deployment, an RNG stream);
+    classes take the parts they need and ignore the rest through ``**_``.
+    """
+    cls = target_class(node, group)
+    class_name = cls.__name__
+    node = {k: v for k, v in node.items() if k != "_target_"}
     params = inspect.signature(cls).parameters
     known = [
         n

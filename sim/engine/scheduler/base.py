@@ -47,6 +47,10 @@ class Scheduler:
     chunked_prefill = False
     # Whether running requests can be preempted (and so recomputed later).
     may_preempt = True
+    # How the engine's prefix cache evicts (``sim.engine.prefix_cache``): "free_queue"
+    # (vLLM's BlockPool), "when_full" (SGLang's radix cache), or None: not modelled, and
+    # kv.prefix_caching=true is refused.
+    prefix_cache_eviction: str | None = "free_queue"
 
     def __init__(
         self,
@@ -61,6 +65,13 @@ class Scheduler:
             "scheduler.max_num_batched_tokens",
             max_num_batched_tokens,
             "must be >= 1",
+        )
+        require(
+            not kv.prefix_caching or self.prefix_cache_eviction is not None,
+            "kv.prefix_caching",
+            True,
+            f"not modelled with {type(self).__name__}; use scheduler=vllm, sglang, sarathi "
+            "or prefill_first",
         )
         self.kv = kv
         self.max_num_seqs = int(max_num_seqs)

@@ -91,6 +91,8 @@ def default_chunked_prefill_size(gpu: GPU | None) -> int:
 
 
 class SGLangScheduler(Scheduler):
+    prefix_cache_eviction = "when_full"  # the radix cache evicts only when it needs room
+
     def __init__(
         self,
         kv: KVCache,

@@ -15,12 +15,12 @@ from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
-from sim.errors import require
 
 
 class StaticScheduler(Scheduler):
     chunked_prefill = False
     may_preempt = False  # KV for the whole output is reserved at admission
+    prefix_cache_eviction = None  # not modelled
 
     def __init__(
         self,
@@ -30,13 +30,6 @@ class StaticScheduler(Scheduler):
         max_model_len: int | None = None,
     ) -> None:
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
-        require(
-            not kv.prefix_caching,
-            "kv.prefix_caching",
-            True,
-            "not modelled with scheduler=static; use scheduler=vllm, sglang, sarathi or "
-            "prefill_first",
-        )
         self.batch: list[Request] = []  # members of the current batch, finished ones included
 
     def schedule(self) -> StepPlan:

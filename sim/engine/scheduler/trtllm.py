@@ -73,6 +73,8 @@ class TRTLLMScheduler(Scheduler):
     """``max_num_seqs`` is TensorRT-LLM's ``max_batch_size``, ``max_num_batched_tokens`` its
     ``max_num_tokens`` (the names every Fleetcast scheduler shares)."""
 
+    prefix_cache_eviction = None  # KV block reuse is not modelled (module docstring)
+
     def __init__(
         self,
         kv: KVCache,
@@ -84,13 +86,6 @@ class TRTLLMScheduler(Scheduler):
         max_model_len: int | None = None,
     ) -> None:
         super().__init__(kv, max_num_seqs, max_num_batched_tokens, max_model_len)
-        require(
-            not kv.prefix_caching,
-            "kv.prefix_caching",
-            True,
-            "not modelled with scheduler=trtllm; use scheduler=vllm, sglang, sarathi or "
-            "prefill_first",
-        )
         require(
             capacity_policy in CAPACITY_POLICIES,
             "scheduler.capacity_policy",
