@@ -17,24 +17,23 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from sim import rng
-from sim.catalog.placement import build_placement
+from sim.catalog.placement import Placement, build_placement
 from sim.config.build import build, target_class
 from sim.config.compose import to_dict
-from sim.config.schema import TraceWorkload, validate_run
+from sim.config.schema import RunConfig, SessionsWorkload, TraceWorkload, validate_run
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
-from sim.engine.step_time.base import ScaledStepTime
+from sim.engine.step_time.base import HostLoadStepTime, ScaledStepTime
 from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
 from sim.output.request_log import RequestLog
 from sim.output.results import (
-    PREFIX_CACHING_REQUESTS_SCHEMA,
-    REQUESTS_SCHEMA,
     prefix_cache_summary,
+    requests_schema,
     summarize,
 )
 from sim.output.run_files import (
@@ -56,6 +55,49 @@ STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by re
 
 if TYPE_CHECKING:  # tqdm is imported only when a progress bar is shown
     from tqdm import tqdm
+
+
+def _host_tiers(run: RunConfig, placement: Placement) -> list[tuple[int, float]] | None:
+    """Each model's prefix-cache host tier (``kv.cpu_offload_gib``): its blocks, and the seconds
+    a token's KV takes to copy back (each GPU copies its share over its own link); None
+    without one."""
+    gib = run.kv.cpu_offload_gib
+    if not gib:
+        return None
+    require(
+        run.kv.prefix_caching,
+        "kv.cpu_offload_gib",
+        gib,
+        "keeps the blocks a prefix cache evicts: set kv.prefix_caching=true",
+    )
+    require(
+        placement.mode != "colocated",
+        "kv.cpu_offload_gib",
+        gib,
+        "is not modelled for two models sharing a GPU (placement=colocated); use "
+        "placement=single or dedicated",
+    )
+    tiers = []
+    for deployment in placement.deployments:
+        link = deployment.gpu.host_link_bytes_per_s
+        if link is None:
+            raise ConfigError(
+                "hardware.host_link_gbps",
+                None,
+                f"{deployment.gpu.name}: kv.cpu_offload_gib needs the GB/s each way between "
+                "host memory and the GPU (64 for PCIe Gen5 x16, 32 for Gen4)",
+            )
+        plan = deployment.memory
+        blocks = plan.host_blocks(gib)
+        require(
+            blocks >= 1,
+            "kv.cpu_offload_gib",
+            gib,
+            f"holds no KV block ({plan.block_size} tokens of "
+            f"{plan.kv_bytes_per_token_per_gpu * plan.tp * plan.pp:,.0f} bytes each)",
+        )
+        tiers.append((blocks, plan.kv_bytes_per_token_per_gpu / link))
+    return tiers
 
 
 def _progress_callback(
@@ -125,8 +167,23 @@ def simulate(
         cfg["router"]["_target_"].rsplit(".", 1)[-1],
         "routes on the prefix cache: set kv.prefix_caching=true",
     )
-    workload = build_workload(run.workload, run.seed)
-    if run.sim.arrival_rate_scale != 1.0:
+    spec = run.workload
+    if isinstance(spec, SessionsWorkload):
+        # a conversation never grows past what the models can hold (sim.workload.sessions)
+        longest = min(d.model.max_context_tokens for d in placement.deployments)
+        if spec.max_context_tokens > longest:
+            spec = spec.model_copy(update={"max_context_tokens": longest})
+    workload = build_workload(spec, run.seed)
+    if run.sim.arrival_rate_scale != 1.0 and workload.sessions is not None:
+        # a what-if rate: the same conversations, each starting that much sooner
+        workload = dataclasses.replace(
+            workload,
+            sessions=dataclasses.replace(
+                workload.sessions,
+                start_s=workload.sessions.start_s / run.sim.arrival_rate_scale,
+            ),
+        )
+    elif run.sim.arrival_rate_scale != 1.0:
         if workload.arrival_time_s is None:
             raise ConfigError(
                 "sim.arrival_rate_scale",
@@ -139,6 +196,13 @@ def simulate(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
         )
 
+    host_tiers = _host_tiers(run, placement)
+    if host_tiers is not None:
+        # each step pays the copy of the KV its admissions found in host memory
+        step_times = [
+            HostLoadStepTime(m, seconds)
+            for m, (_, seconds) in zip(step_times, host_tiers, strict=True)
+        ]
     if run.kv.prefix_caching:
         if isinstance(run.workload, TraceWorkload):
             workload = with_hash_ids(workload, run.workload.hash_block_tokens)
@@ -147,7 +211,8 @@ def simulate(
             "kv.prefix_caching",
             True,
             "this workload says nothing of what its prompts share: replay a Parquet trace "
-            "with a hash_ids column (workload=mooncake_conv)",
+            "with a hash_ids column (workload=mooncake_conv), or conversations "
+            "(workload=sessions)",
         )
     # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
     # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
@@ -158,7 +223,11 @@ def simulate(
         kv: KVCache
         if run.kv.prefix_caching:
             kv = PrefixCachingKVCache(
-                plan.num_blocks, plan.block_size, run.kv.watermark, free_queue=free_queue
+                plan.num_blocks,
+                plan.block_size,
+                run.kv.watermark,
+                free_queue=free_queue,
+                host_blocks=0 if host_tiers is None else host_tiers[model_id][0],
             )
         else:
             kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
@@ -172,9 +241,13 @@ def simulate(
 
     # one scheduler per model, built first: it checks the options, and finds the requests
     # the fleet can never serve before anything runs
-    model_ids = placement.model_ids(workload.num_requests, run.seed)
+    if workload.sessions is None:
+        model_ids = placement.model_ids(workload.num_requests, run.seed)
+    else:  # a conversation stays with one model
+        model_ids = workload.sessions.per_row(
+            placement.model_ids(workload.sessions.num_sessions, run.seed)
+        )
     schedulers = [make_scheduler(m) for m in range(len(placement.deployments))]
-    spec = run.workload
     pattern = getattr(spec, "pattern", None)
     check_servable(
         workload,
@@ -182,6 +255,8 @@ def simulate(
         schedulers,
         ("workload.pattern", pattern)
         if pattern is not None
+        else ("workload.system_prompt_tokens", spec.system_prompt_tokens)
+        if isinstance(spec, SessionsWorkload)  # (a first turn is always kept, whatever its length)
         else ("workload.prompt_tokens", getattr(spec, "prompt_tokens", None)),
     )
     replica_engines = [
@@ -197,11 +272,13 @@ def simulate(
     )
     requests_sink: TableSink
     steps_sink: TableSink
-    requests_schema = PREFIX_CACHING_REQUESTS_SCHEMA if run.kv.prefix_caching else REQUESTS_SCHEMA
+    requests_columns = requests_schema(
+        run.kv.prefix_caching, workload.sessions is not None, host_tiers is not None
+    )
     if folder is None:
-        requests_sink, steps_sink = MemorySink(requests_schema), MemorySink(step_log.schema)
+        requests_sink, steps_sink = MemorySink(requests_columns), MemorySink(step_log.schema)
     else:
-        requests_sink = ParquetSink(requests_schema, folder.temporary(REQUESTS_FILE))
+        requests_sink = ParquetSink(requests_columns, folder.temporary(REQUESTS_FILE))
         steps_sink = ParquetSink(step_log.schema, folder.temporary(STEPS_FILE))
     try:
         on_done, bar = _progress_callback(run.sim.progress, workload.num_requests)

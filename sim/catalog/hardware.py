@@ -23,8 +23,9 @@ Left out on purpose: the few hundred MiB the driver keeps out of what CUDA can a
 sees about 0.5 GiB less than nvidia-smi's total on an H100; the runtime reserve covers it),
 achievable-vs-peak efficiency (the step-time models own those factors as
 named config fields), sparsity (serving runs dense GEMMs, so the catalog holds dense figures),
-clock throttling and power capping, MIG partitions, multi-node networking (InfiniBand between
-nodes), and host memory / PCIe offload bandwidth.
+clock throttling and power capping, MIG partitions, and multi-node networking (InfiniBand
+between nodes). The host link (``host_link_gbps``: PCIe, or NVLink-C2C on Grace parts) is the
+datasheet's figure, read only by a prefix cache's host tier (``kv.cpu_offload_gib``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class GPU:
     power_w: float
     gemm_floor_s: float | None = None
     attention_floor_s: float | None = None
+    host_link_bytes_per_s: float | None = None  # host memory <-> GPU, each way (None: unknown)
     sources: dict[str, str] = field(default_factory=dict)
 
     def flops_per_s(self, precision: str) -> float:
@@ -111,5 +113,6 @@ class GPU:
             power_w=c.power_w,
             gemm_floor_s=None if c.gemm_floor_us is None else c.gemm_floor_us * _US,
             attention_floor_s=None if c.attention_floor_us is None else c.attention_floor_us * _US,
+            host_link_bytes_per_s=None if c.host_link_gbps is None else c.host_link_gbps * _GB,
             sources=dict(c.sources),
         )

@@ -128,6 +128,12 @@ class MemoryPlan:
         """KV blocks a request of ``tokens`` tokens holds: ``ceil(tokens / block_size)``."""
         return -(-tokens // self.block_size)
 
+    def host_blocks(self, gib: float) -> int:
+        """Blocks ``gib`` GiB of host memory hold for the whole replica (each of its
+        ``tp x pp`` GPUs keeps its own share of a block there, as in GPU memory)."""
+        per_block = self.block_size * self.kv_bytes_per_token_per_gpu * self.tp * self.pp
+        return int(gib * 2**30 // per_block)
+
     def requests_that_fit(self, tokens_per_request: int) -> int:
         """How many requests of ``tokens_per_request`` tokens the KV cache holds at once."""
         assert tokens_per_request >= 1, f"tokens_per_request={tokens_per_request} must be >= 1"

@@ -128,6 +128,16 @@ def check_overrides(overrides: list[str]) -> None:
                 known = sorted({*known, *options} - {"hydra"})
             hint = f"; known: {', '.join(known)}" if known else ""
             raise ConfigError(key, value, f"unknown key in {where}{hint}")
+        if "dist" in value and isinstance(OmegaConf.select(node, path, default=None), DictConfig):
+            # Hydra merges a mapping into a mapping default: a length distribution given over a
+            # preset's would keep the preset's other keys (its clip, say), or fail for another
+            # kind of distribution
+            raise ConfigError(
+                key,
+                value,
+                f"would be merged into the preset's mapping, not replace it: write "
+                f"'~{key}' '+{key}={value}'",
+            )
 
 
 _MISSING = object()

@@ -39,7 +39,15 @@ def canonical_target(target: str) -> str:
 # Groups added since, with the settings that reproduce what runs did before them.
 ADDED_GROUPS = {"output": {"steps": "full", "step_bucket_s": 60.0}}
 # Keys added to a group since, likewise (a trace workload's keys only where kind is trace).
-ADDED_KEYS: dict[tuple[str, str], Any] = {("kv", "prefix_caching"): False}
+ADDED_KEYS: dict[tuple[str, str], Any] = {
+    ("kv", "prefix_caching"): False,
+    ("kv", "cpu_offload_gib"): 0.0,
+}
+# Keys read only while an option is on, left out of the comparison while it is off (a run from
+# before such a key, or with its option off, ran the same whatever the key's value).
+OPTION_KEYS: dict[tuple[str, str], tuple[str, str]] = {
+    ("hardware", "host_link_gbps"): ("kv", "cpu_offload_gib"),
+}
 ADDED_TRACE_KEYS: dict[str, Any] = {"hash_block_tokens": None}
 
 
@@ -52,6 +60,12 @@ def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
     for (group, key), value in ADDED_KEYS.items():
         if isinstance(current.get(group), dict):
             current[group].setdefault(key, value)
+    for (group, key), (option_group, option) in OPTION_KEYS.items():
+        settings = current.get(option_group)
+        if isinstance(current.get(group), dict) and not (
+            isinstance(settings, dict) and settings.get(option)
+        ):
+            current[group].pop(key, None)
     workload = current.get("workload")
     if isinstance(workload, dict) and workload.get("kind") == "trace":
         for key, value in ADDED_TRACE_KEYS.items():

@@ -142,6 +142,9 @@ class HardwareConfig(StrictModel):
     # measured kernel floors (null: not measured; the roofline then uses its default)
     gemm_floor_us: Positive | None = None
     attention_floor_us: Positive | None = None
+    # host memory <-> GPU, GB/s each way (PCIe, or NVLink-C2C on Grace parts); read only with
+    # kv.cpu_offload_gib > 0 (null: unknown)
+    host_link_gbps: Positive | None = None
     sources: dict[str, str] = {}
 
     @model_validator(mode="before")
@@ -209,6 +212,8 @@ class KvConfig(StrictModel):
     num_blocks: Annotated[Int, Field(ge=1, le=INT32_MAX)] | None = None
     watermark: Annotated[float, Field(ge=0, lt=1)] = 0.0
     prefix_caching: bool = False
+    # host memory per replica (over all its GPUs) for blocks a prefix cache evicts (0: none)
+    cpu_offload_gib: Annotated[float, Field(ge=0, le=2**20)] = 0.0
 
 
 class FleetConfig(StrictModel):
@@ -347,6 +352,21 @@ class ClosedLoopWorkload(SyntheticWorkload):
     think_time_s: NonNegative = 0.0
 
 
+class SessionsWorkload(StrictModel):
+    """Conversations of turns whose prompts grow (``sim.workload.sessions``)."""
+
+    kind: Literal["sessions"]
+    session_rate: Positive  # new sessions per second (Poisson)
+    num_sessions: Count
+    turns: LengthSpec  # turns per session (a count >= 1, drawn like a length)
+    think_time_s: NonNegative = 0.0  # mean seconds from a reply to the next message
+    num_apps: Annotated[Int, Field(ge=1, le=10**6)] = 1  # distinct shared system prompts
+    system_prompt_tokens: LengthSpec  # per application, drawn once
+    user_tokens: LengthSpec  # the new message of each turn
+    output_tokens: LengthSpec  # each turn's reply
+    max_context_tokens: Tokens = 32768  # a session ends before a turn would pass this
+
+
 class BenchWorkload(SyntheticWorkload):
     """A serving benchmark's client (``vllm bench serve``; ``sim.workload.source``)."""
 
@@ -424,6 +444,7 @@ WorkloadConfig = Annotated[
     | DailyWorkload
     | ClosedLoopWorkload
     | BenchWorkload
+    | SessionsWorkload
     | TraceWorkload,
     Field(discriminator="kind"),
 ]

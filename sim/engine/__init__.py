@@ -5,6 +5,7 @@ and the step-time models.
 - ``kv_cache``: the paged KV cache (numbered, shareable blocks; ``None`` when short);
 - ``prefix_cache``: the KV cache with vLLM's prefix caching (computed prompt blocks kept for
   later requests, least recently freed evicted first);
+- ``host_tier``: a prefix cache's second tier, the blocks it evicted kept in host memory;
 - ``step_shape``: the work of one step (P, D, Ap, Ad), all a step-time model may see;
 - ``scheduler/``: who advances each step, one file per policy (add one: a file + a YAML);
 - ``step_time/``: how long a step takes, one file per model (add one: a file + a YAML).

@@ -50,6 +50,10 @@ class KVCache:
 
     # whether computed prompt blocks are kept for reuse (``sim.engine.prefix_cache``)
     prefix_caching = False
+    # cached tokens copied back from host memory for the step being planned, and by the last
+    # admission (a prefix cache's host tier; none here)
+    pending_loaded_tokens = 0
+    last_loaded_tokens = 0
 
     __slots__ = (
         "num_blocks",
@@ -180,6 +184,10 @@ class KVCache:
 
     def cache_computed(self, request: Request) -> None:
         """Keep ``request``'s computed prompt blocks for reuse: nothing to keep here."""
+
+    def take_loaded_tokens(self) -> int:
+        """Cached tokens copied back from host memory since the last call: none here."""
+        return 0
 
     def attach(self, request: Request, block_ids: Sequence[int]) -> None:
         """Let ``request``, which holds no blocks yet, start with ``block_ids``: named blocks

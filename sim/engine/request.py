@@ -69,6 +69,14 @@ class Request:
     ``sim.engine.prefix_cache``; ``sim.workload.prefixes``); None: content unknown."""
     cached_prompt_tokens: int = 0
     """Prompt tokens found in the prefix cache when the request was first admitted."""
+    host_cached_prompt_tokens: int = 0
+    """Those of them copied back from host memory (``kv.cpu_offload_gib``)."""
+    session_id: int | None = None
+    """The conversation the request is a turn of (``sim.workload.sessions``); None: none."""
+    turn: int = 0
+    """Which turn of its session it is, from 0."""
+    last_turn: bool = True
+    """Whether no turn of its session follows it."""
 
     @property
     def num_tokens(self) -> int:

@@ -12,6 +12,10 @@ which requests they were, on the clock or on global state. Four numbers describe
 - ``decode_context`` (Ad): the sum over decoding sequences of their context length (prompt plus
   the output tokens generated so far, the first included).
 
+A fifth, ``host_loaded_tokens``, counts cached KV tokens a prefix cache's host tier copies back
+to the GPU before the step (``kv.cpu_offload_gib``): a transfer, priced by
+``sim.engine.step_time.base.HostLoadStepTime``, not by the models.
+
 Worked example: a prefill of 2 prompts of 8 tokens is P=16, D=0, Ap=2·8·(0+8)=128, Ad=0; a
 decode of 3 sequences with 10 tokens computed each is P=0, D=3, Ap=0, Ad=3·11=33.
 
@@ -35,6 +39,9 @@ class StepShape:
     num_decode_seqs: int
     prefill_attn: int
     decode_context: int
+    # cached KV tokens copied from host memory before the step (a prefix cache's second tier,
+    # ``kv.cpu_offload_gib``); not computed, so in none of the counts above
+    host_loaded_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

@@ -6,7 +6,9 @@ Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop w
 ``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
 next one, after ``think_time_s``, as serving benchmarks do. A benchmark client (``workload=bench``)
 has both: requests due at their times, sent while fewer than its cap are in flight, after a
-warm-up phase whose end starts the clock of the others.
+warm-up phase whose end starts the clock of the others. Conversations (``workload=sessions``)
+start at their own times, and each next turn is sent its think time after the last one ended:
+turns are issued out of the workload's order, so a request's id (issue order) is not its row.
 
 What the run produces leaves as it goes: each request's row through the ``RequestLog`` once it
 has ended (and those issued before it), each replica's step rows through the ``StepLog`` when it
@@ -83,11 +85,11 @@ class Cluster:
         if model_ids is None:
             model_ids = np.zeros(workload.num_requests, dtype=np.int64)
         self._next_request = _in_chunks(workload.prompt_tokens, workload.output_tokens, model_ids)
+        self._model_ids = model_ids
         # with a prefix cache, each request's prompt blocks grouped by shared content, for the
         # block size of the model it asks for
         self._prefix_groups: dict[int, PrefixGroups] = {}
         if workload.hash_ids is not None:
-            assert workload.hash_block_tokens is not None
             by_size: dict[int, PrefixGroups] = {}
             for replica in self.replicas:
                 for engine in replica.engines:
@@ -96,12 +98,17 @@ class Cluster:
                         if kv.block_size not in by_size:
                             by_size[kv.block_size] = prefix_groups(
                                 workload.hash_ids,
-                                workload.prompt_tokens,
-                                workload.hash_block_tokens,
+                                workload.hashed_tokens,
+                                _segment_tokens(workload),
                                 kv.block_size,
                             )
                         self._prefix_groups[engine.model_id] = by_size[kv.block_size]
-        if workload.arrival_time_s is None:
+        self._sessions = workload.sessions
+        if self._sessions is not None:
+            self._closed_loop = False
+            self._client_paced = False
+            self.env.process(self._session_starts())
+        elif workload.arrival_time_s is None:
             self._closed_loop = True
             # Requests issued or already scheduled to be: a request released after a think
             # time (or after a rejection) counts from the moment it is scheduled.
@@ -153,14 +160,32 @@ class Cluster:
             replica.replica_id, [(engine.model_id, engine.steps) for engine in replica.engines]
         )
 
-    def _issue(self, arrival_time_s: float, caller_priority: int) -> None:
-        prompt_tokens, output_tokens, model_id = next(self._next_request)
+    def _issue(
+        self, arrival_time_s: float, caller_priority: int, session_row: int | None = None
+    ) -> None:
+        """Send the next request in the workload's order, or the turn in row ``session_row``."""
+        row = self.num_issued
+        if session_row is None:
+            prompt_tokens, output_tokens, model_id = next(self._next_request)
+        else:
+            row = session_row
+            workload = self.workload
+            prompt_tokens = int(workload.prompt_tokens[row])
+            output_tokens = int(workload.output_tokens[row])
+            model_id = int(self._model_ids[row])
         request = Request(
             self.num_issued, arrival_time_s, prompt_tokens, output_tokens, model_id=model_id
         )
+        if session_row is not None:
+            sessions = self._sessions
+            assert sessions is not None
+            session = int(np.searchsorted(sessions.first_row, row, side="right")) - 1
+            request.session_id = session
+            request.turn = row - int(sessions.first_row[session])
+            request.last_turn = row + 1 == sessions.first_row[session + 1]
         groups = self._prefix_groups.get(model_id)
         if groups is not None:
-            request.prefix_groups = groups.of(request.request_id)
+            request.prefix_groups = groups.of(row)
         self.num_issued += 1
         self.request_log.issued(request)
         hosts = self._hosts[request.model_id]
@@ -172,6 +197,32 @@ class Cluster:
             if arrival_time_s > env.now:
                 yield timeout_at(env, arrival_time_s)
             self._issue(arrival_time_s, ARRIVAL_PRIORITY)
+
+    def _session_starts(self) -> Generator[simpy.Event, Any, None]:
+        """Each session's first turn at the session's start (its next ones follow as turns
+        end, ``_next_turn``)."""
+        env = self.env
+        sessions = self._sessions
+        assert sessions is not None
+        for start_s, row in zip(
+            _in_chunks(sessions.start_s), _in_chunks(sessions.first_row[:-1]), strict=True
+        ):
+            if start_s > env.now:
+                yield timeout_at(env, start_s)
+            self._issue(start_s, ARRIVAL_PRIORITY, session_row=row)
+
+    def _next_turn(self, request: Request) -> None:
+        """``request``, a turn, ended: send its session's next one after the think time (a
+        rejected turn too: the user asks again, and the conversation goes on)."""
+        sessions = self._sessions
+        assert sessions is not None and request.session_id is not None
+        row = int(sessions.first_row[request.session_id]) + request.turn + 1
+        when = self.env.now + float(sessions.think_time_s[row])
+        # through the event queue, even with no think time: a rejection happens inside _issue,
+        # and a run of them must not recurse
+        timeout_at(self.env, when).callbacks.append(
+            lambda _event: self._issue(when, ARRIVAL_PRIORITY, session_row=row)
+        )
 
     def _client(self, arrival_times_s: np.ndarray) -> Generator[simpy.Event, Any, None]:
         """A benchmark client (``vllm bench serve``): the warm-ups go out at once and are waited
@@ -238,7 +289,9 @@ class Cluster:
         if self._progress is not None:
             self._progress(request)
         if not self._closed_loop:
-            if self._client_paced:
+            if request.session_id is not None and not request.last_turn:
+                self._next_turn(request)
+            elif self._client_paced:
                 self._client_request_done(request, caller_priority)
             return
         if self._released >= self.workload.num_requests:
@@ -255,6 +308,14 @@ class Cluster:
         else:
             # issued from inside the event that ended the request
             self._issue(self.env.now, caller_priority)
+
+
+def _segment_tokens(workload: Workload) -> int | list[np.ndarray]:
+    """How many tokens each of ``workload``'s hash ids covers (``sim.workload.prefixes``)."""
+    if workload.hash_segment_tokens is not None:
+        return workload.hash_segment_tokens
+    assert workload.hash_block_tokens is not None  # the Workload's rule
+    return workload.hash_block_tokens
 
 
 def _in_chunks(*columns: np.ndarray) -> Iterator[Any]:

@@ -244,6 +244,8 @@ class Replica:
             scheduler = engine.scheduler
             start = env.now
             plan = scheduler.schedule()
+            if scheduler.kv.pending_loaded_tokens:  # its admissions copy KV from host memory
+                plan.host_loaded_tokens = scheduler.kv.take_loaded_tokens()
             assert not plan.is_empty, (
                 f"replica {self.replica_id}: scheduler planned nothing with "
                 f"{scheduler.num_outstanding} requests outstanding"

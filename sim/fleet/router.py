@@ -89,6 +89,31 @@ class LeastTokensRouter:
         return _least_loaded(replicas, "committed_tokens")
 
 
+class SessionRouter:
+    """Every turn of a conversation (``workload=sessions``) to the replica that took its first
+    turn, chosen as ``least_outstanding`` chooses, as a sticky-session load balancer pins a
+    client: the conversation's earlier turns are in that replica's prefix cache, if it has one.
+    A request of no session is routed as least-outstanding. The pin is forgotten at the
+    session's last turn, so memory follows the sessions in progress."""
+
+    def __init__(self, **_: Any) -> None:
+        self._pinned: dict[tuple[int, int], int] = {}  # (model, session) -> index
+
+    def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
+        session = request.session_id
+        if session is None:
+            return _least_loaded(replicas, "num_outstanding")
+        key = (request.model_id, session)
+        index = self._pinned.get(key)
+        if index is None:
+            index = _least_loaded(replicas, "num_outstanding")
+        if request.last_turn:
+            self._pinned.pop(key, None)
+        else:
+            self._pinned[key] = index
+        return index
+
+
 class PrefixAffinityRouter:
     """The replica with the best weighted score of prefix hit and load, as llm-d's inference
     scheduler scores endpoints (a weighted sum of scorers, the highest score wins; its default

@@ -34,7 +34,7 @@ from sim.arrow_numpy import numpy_to_arrow, strings_to_arrow
 from sim.catalog.hardware import GPU
 from sim.config.schema import CostConfig, SloConfig
 from sim.engine.kv_cache import KVCache
-from sim.engine.prefix_cache import COUNTERS
+from sim.engine.prefix_cache import COUNTERS, PrefixCachingKVCache
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.output.cost import fleet_cost
 from sim.output.stability import stability
@@ -62,9 +62,29 @@ REQUESTS_SCHEMA = pa.schema(
 )
 
 # with a prefix cache (kv.prefix_caching=true), one more column: the prompt tokens found cached
-# at the request's first admission (without one, the table stays as it was)
+# at the request's first admission, and with its host tier (kv.cpu_offload_gib) those of them
+# copied back from host memory; with conversations (workload=sessions), two more: which
+# session a request is a turn of, and which turn (without these, the table stays as it was)
 CACHED_PROMPT_TOKENS = "cached_prompt_tokens"
-PREFIX_CACHING_REQUESTS_SCHEMA = REQUESTS_SCHEMA.append(pa.field(CACHED_PROMPT_TOKENS, pa.int32()))
+HOST_CACHED_PROMPT_TOKENS = "host_cached_prompt_tokens"
+SESSION_COLUMNS = (("session_id", pa.int64()), ("turn", pa.int32()))
+
+
+def requests_schema(
+    prefix_caching: bool = False, sessions: bool = False, host_tier: bool = False
+) -> pa.Schema:
+    """``requests.parquet``'s columns for a run with or without a prefix cache (and its host
+    tier) and sessions."""
+    schema = REQUESTS_SCHEMA
+    if prefix_caching:
+        schema = schema.append(pa.field(CACHED_PROMPT_TOKENS, pa.int32()))
+    if host_tier:
+        schema = schema.append(pa.field(HOST_CACHED_PROMPT_TOKENS, pa.int32()))
+    if sessions:
+        for name, kind in SESSION_COLUMNS:
+            schema = schema.append(pa.field(name, kind))
+    return schema
+
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -78,8 +98,8 @@ def _optional(values: list[float | None]) -> np.ndarray:
 
 
 def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA) -> pa.Table:
-    """The rows of ``requests`` in ``schema`` (``REQUESTS_SCHEMA``, or
-    ``PREFIX_CACHING_REQUESTS_SCHEMA`` with its cached-token column)."""
+    """The rows of ``requests`` in ``schema`` (``REQUESTS_SCHEMA``, or ``requests_schema``'s
+    with its optional columns)."""
     n = len(requests)
     arrival = np.fromiter((r.arrival_time_s for r in requests), float, n)
     first = _optional([r.first_token_time_s for r in requests])
@@ -117,6 +137,13 @@ def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA)
         columns[CACHED_PROMPT_TOKENS] = np.fromiter(
             (r.cached_prompt_tokens for r in requests), np.int32, n
         )
+    if HOST_CACHED_PROMPT_TOKENS in schema.names:
+        columns[HOST_CACHED_PROMPT_TOKENS] = np.fromiter(
+            (r.host_cached_prompt_tokens for r in requests), np.int32, n
+        )
+    if "session_id" in schema.names:
+        columns["session_id"] = np.fromiter((r.session_id for r in requests), np.int64, n)
+        columns["turn"] = np.fromiter((r.turn for r in requests), np.int32, n)
     arrays = [
         c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
         for f in schema
@@ -135,11 +162,17 @@ def prefix_cache_summary(caches: list[KVCache]) -> dict[str, float | int | None]
     def share(part: int, whole: int) -> float | None:
         return part / whole if whole else None
 
-    return {
+    summary: dict[str, float | int | None] = {
         "hit_rate_tokens": share(total["hit_tokens"], total["looked_up_tokens"]),
         "hit_rate_blocks": share(total["hit_blocks"], total["looked_up_blocks"]),
         **total,
     }
+    hosts = [c for c in caches if isinstance(c, PrefixCachingKVCache) and c.host is not None]
+    if hosts:  # a host tier: the hits found there (part of hit_tokens), and its traffic
+        summary["host_hit_tokens"] = sum(c.host_hit_tokens for c in hosts)
+        for counter in ("stored_blocks", "loaded_blocks", "evicted_blocks"):
+            summary[f"host_{counter}"] = sum(getattr(c.host, counter) for c in hosts)
+    return summary
 
 
 def distribution(values: np.ndarray) -> dict[str, float | None]:

@@ -4,7 +4,9 @@
 - ``arrivals``: open-loop arrival processes (Poisson, gamma, constant, daily);
 - ``lengths``: prompt and output length distributions;
 - ``traces``: replaying recorded traces (Parquet or CSV), windows and rate scaling;
-- ``prefixes``: a trace's ``hash_ids`` (shared prompt prefixes) as groups of engine blocks.
+- ``sessions``: conversations, whose turns resend what was said before;
+- ``prefixes``: a trace's ``hash_ids`` or a conversation's segments (shared prompt prefixes)
+  as groups of engine blocks.
 
 May import: ``sim.errors``, ``sim.rng``, ``sim.resources``, ``sim.config``,
 ``sim.arrow_numpy``. A workload knows nothing of the fleet that serves it.

@@ -16,6 +16,11 @@ as its engine blocks grouped by trace block (``prefix_groups``: the chain's key 
 the group's blocks the prompt fills); only full engine blocks count (a prefix cache keeps full
 blocks only), and none past the ids the trace gives.
 
+A conversation (``sim.workload.sessions``) gives its content the same way with trace blocks of
+varying length: one id per segment (a system prompt, a message, a reply), each segment as long
+as it is, covering the turn's prompt and reply; everything above holds with "trace block" read
+as "segment".
+
 A key is a polynomial hash of the chain of ids, mod 2**64 (computed for every request at once
 with prefix sums): deterministic, 64-bit, so two different prefixes share a key with negligible
 chance on real traces (it is not meant to resist ids chosen to collide).
@@ -54,11 +59,16 @@ class PrefixGroups:
 
 
 def prefix_groups(
-    hash_ids: list[np.ndarray], prompt_tokens: np.ndarray, hash_block_tokens: int, block_size: int
+    hash_ids: list[np.ndarray],
+    hashed_tokens: np.ndarray,
+    segment_tokens: int | list[np.ndarray],
+    block_size: int,
 ) -> PrefixGroups:
-    """Each prompt's full engine blocks grouped by the trace block holding their last token:
-    per trace block, a key naming its chain of ids and how many engine blocks of it the prompt
-    fills (groups with none are left out). Computed for every request at once."""
+    """Each request's full engine blocks (of its first ``hashed_tokens``) grouped by the trace
+    block holding their last token: per trace block, a key naming its chain of ids and how many
+    engine blocks of it the request fills (groups with none are left out). A trace block is
+    ``segment_tokens`` tokens (a trace's ``hash_block_tokens``), or each id's own length (a
+    conversation's segments, ``sim.workload.sessions``). Computed for every request at once."""
     lengths = np.fromiter((len(h) for h in hash_ids), np.int64, len(hash_ids))
     starts = np.concatenate(([0], np.cumsum(lengths)))
     total = int(starts[-1])
@@ -75,10 +85,17 @@ def prefix_groups(
         before = np.concatenate(([np.uint64(0)], summed))[starts[:-1]]
         keys = (summed - np.repeat(before, lengths)) * powers[position]
     request = np.repeat(np.arange(len(hash_ids)), lengths)
-    full = np.minimum(np.asarray(prompt_tokens, np.int64), lengths * hash_block_tokens)
+    if isinstance(segment_tokens, int):
+        sizes = np.full(total, segment_tokens, np.int64)
+    else:
+        sizes = np.concatenate([np.asarray(t, np.int64) for t in segment_tokens])
+    ends = np.cumsum(sizes)
+    first = ends - sizes - np.repeat(np.concatenate(([0], ends))[starts[:-1]], lengths)
+    covered = np.zeros(len(hash_ids), np.int64)
+    covered[lengths > 0] = (first + sizes)[starts[1:][lengths > 0] - 1]
+    full = np.minimum(np.asarray(hashed_tokens, np.int64), covered)
     full -= full % block_size
-    first = position * hash_block_tokens
-    last = np.minimum(first + hash_block_tokens, full[request])
+    last = np.minimum(first + sizes, full[request])
     counts = np.where(last > first, last // block_size - first // block_size, 0)
     kept = counts > 0
     per_request = np.bincount(request[kept], minlength=len(hash_ids))

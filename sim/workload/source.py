@@ -6,14 +6,16 @@ times or closed-loop settings (``concurrency`` requests kept in flight, each com
 by ``think_time_s`` before the next request is sent; the simulator core does the pacing).
 
 ``kind`` picks the generator: ``trace`` (replay a file, see ``traces.py``), ``poisson``,
-``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``), ``closed_loop``, and ``bench`` (a
+``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``), ``closed_loop``, ``sessions``
+(conversations whose turns wait for the reply, ``sessions.py``), and ``bench`` (a
 serving benchmark's client: warm-ups first, then sends spaced as ``vllm bench serve`` spaces them,
 under a cap on requests in flight; the cluster paces the cap and the warm-up phase). Synthetic
 lengths come from ``lengths.py``. Randomness uses the named streams ``workload.arrivals``,
 ``workload.prompt_tokens``, ``workload.output_tokens`` (and ``workload.spread`` for trace tick
 spreading), so changing a length distribution never moves an arrival and vice versa.
 
-Request content is a trace's block hashes (``prefixes.py``, for a prefix cache) or nothing.
+Request content is a trace's block hashes or a conversation's segments (``prefixes.py``, for a
+prefix cache), or nothing.
 Left out: priorities, deadlines, and feedback from
 the system to the open-loop arrivals (retries, client back-off).
 """
@@ -31,6 +33,7 @@ from sim.config.schema import (
     DailyWorkload,
     GammaWorkload,
     RenewalWorkload,
+    SessionsWorkload,
     SyntheticWorkload,
     TraceWorkload,
     WorkloadConfig,
@@ -38,7 +41,8 @@ from sim.config.schema import (
 from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim.workload import arrivals, lengths, traces
+from sim.workload import arrivals, lengths, sessions, traces
+from sim.workload.sessions import Sessions
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,10 +63,15 @@ class Workload:
     requests_per_client: int | None = None
     trace_file: str | None = None  # a replayed trace: the file, as the config names it
     trace_rows: np.ndarray | None = None  # ... and each request's row in it (from 0)
-    # a prefix cache's input (``sim.workload.prefixes``): each request's trace hash ids, one
-    # per ``hash_block_tokens`` prompt tokens (None: no request shares anything)
+    # a prefix cache's input (``sim.workload.prefixes``): each request's content ids, a trace's
+    # one per ``hash_block_tokens`` prompt tokens, or a conversation's one per segment of
+    # ``hash_segment_tokens`` prompt and reply tokens (None: no request shares anything)
     hash_ids: list[np.ndarray] | None = None
     hash_block_tokens: int | None = None
+    hash_segment_tokens: list[np.ndarray] | None = None
+    # conversations (``sim.workload.sessions``): requests are their turns, the first of each
+    # session sent at its start, each next one a think time after the last one ended
+    sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
         n = self.prompt_tokens.size
@@ -72,7 +81,10 @@ class Workload:
         )
         assert self.output_tokens.size == n, "prompt_tokens and output_tokens differ in length"
         assert self.prompt_tokens.min() >= 1 and self.output_tokens.min() >= 1, "lengths >= 1"
-        if self.arrival_time_s is None:
+        if self.sessions is not None:
+            assert self.arrival_time_s is None and self.concurrency is None, "sessions pace"
+            assert self.sessions.first_row[-1] == n, "one row per turn"
+        elif self.arrival_time_s is None:
             assert self.concurrency is not None and self.concurrency >= 1, (
                 "a closed-loop workload needs concurrency >= 1"
             )
@@ -93,7 +105,10 @@ class Workload:
                 "every measured request belongs to one client"
             )
         if self.hash_ids is not None:
-            assert len(self.hash_ids) == n and self.hash_block_tokens, "one hash list each"
+            assert len(self.hash_ids) == n, "one hash list each"
+            assert (self.hash_block_tokens is None) != (self.hash_segment_tokens is None), (
+                "hash ids cover blocks of hash_block_tokens, or segments"
+            )
         for arr in (self.prompt_tokens, self.output_tokens, self.arrival_time_s):
             if arr is not None:
                 arr.setflags(write=False)  # shared by reference; nobody may edit it in place
@@ -101,6 +116,14 @@ class Workload:
     @property
     def num_requests(self) -> int:
         return int(self.prompt_tokens.size)
+
+    @property
+    def hashed_tokens(self) -> np.ndarray:
+        """The tokens each request's hash ids describe: a trace's, its prompt; a conversation
+        turn's, its prompt and its reply (the next turn's prompt holds both)."""
+        if self.hash_segment_tokens is None:
+            return self.prompt_tokens
+        return self.prompt_tokens + self.output_tokens
 
 
 def _sample_lengths(spec: SyntheticWorkload, seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,6 +159,18 @@ def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
     prompt, output = _sample_lengths(spec, seed, spec.num_requests)
     return Workload(
         prompt, output, None, concurrency=spec.concurrency, think_time_s=spec.think_time_s
+    )
+
+
+def _sessions(spec: SessionsWorkload, seed: int) -> Workload:
+    drawn = sessions.sample_sessions(spec, seed)
+    return Workload(
+        drawn.prompt_tokens,
+        drawn.output_tokens,
+        None,
+        hash_ids=drawn.segment_ids,
+        hash_segment_tokens=drawn.segment_tokens,
+        sessions=drawn.sessions,
     )
 
 
@@ -213,5 +248,7 @@ def build_workload(cfg: Any, seed: int) -> Workload:
         return _closed_loop(spec, seed)
     if isinstance(spec, BenchWorkload):
         return _bench(spec, seed)
+    if isinstance(spec, SessionsWorkload):
+        return _sessions(spec, seed)
     assert isinstance(spec, (RenewalWorkload, GammaWorkload)), f"no builder for {spec}"
     return _renewal(spec, seed)

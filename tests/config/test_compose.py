@@ -28,6 +28,12 @@ EXTRA = {
         "workload=mooncake_conv",  # a workload whose prompts share prefixes
         "workload.num_requests=20",
     ],
+    # conversations, each pinned to a replica, with their turns' prefixes cached
+    ("router", "session"): [
+        "kv.prefix_caching=true",
+        "workload=sessions",
+        "workload.num_sessions=5",
+    ],
     # a GPU given entirely on the command line (an H100's figures)
     ("hardware", "custom"): [
         "hardware.name=custom-H100",
@@ -74,9 +80,11 @@ def test_every_option_composes_and_runs(group, option):
     if group == "workload":
         # keep the workload's own kind; only make it small
         overrides = [o for o in overrides if not o.startswith("workload")]
+        kind = OmegaConf.load(config_dir() / "workload" / f"{option}.yaml")["kind"]
         overrides += [
             f"workload={option}",
-            "workload.num_requests=20",
+            # conversations count sessions, not requests
+            "workload.num_sessions=5" if kind == "sessions" else "workload.num_requests=20",
             *EXTRA.get((group, option), []),
         ]
     result = simulate(compose(*overrides))
@@ -133,9 +141,10 @@ EXPERIMENTS = group_options("experiment") if (config_dir() / "experiment").is_di
     ],
 )
 def test_every_experiment_composes_and_runs(name):
-    cfg = compose(
-        f"+experiment={name}", "sim.horizon_s=30", "workload.num_requests=50", "sim.progress=false"
-    )
+    # (conversations count sessions, not requests)
+    sessions = "workload: sessions" in (config_dir() / "experiment" / f"{name}.yaml").read_text()
+    size = "workload.num_sessions=20" if sessions else "workload.num_requests=50"
+    cfg = compose(f"+experiment={name}", "sim.horizon_s=30", size, "sim.progress=false")
     result = simulate(cfg)
     s = result.summary
     assert s["completed"] >= 1 and s["num_steps"] == result.steps.num_rows >= 1

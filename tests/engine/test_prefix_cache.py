@@ -13,6 +13,9 @@ import pytest
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.vllm import VLLMScheduler
+from sim.engine.step_shape import StepShape
+from sim.engine.step_time.base import HostLoadStepTime
+from sim.engine.step_time.constant import ConstantStepTime
 from tests.engine.scheduler.steps import prefills, shape, step
 
 
@@ -254,22 +257,39 @@ def _scheduler(kind: str, kv: PrefixCachingKVCache, rng: random.Random):
 
 @pytest.mark.parametrize("kind", ["vllm", "sarathi", "prefill_first", "sglang"])
 @pytest.mark.parametrize("free_queue", [True, False], ids=["free_queue", "when_full"])
-def test_concurrent_requests_keep_the_accounting_exact_and_all_complete(kind, free_queue):
-    # many requests at once over shared prefixes, pools small enough for evictions and
-    # preemptions: the accounting is exact at every step (blocks in use are the held cached
-    # ones plus each request's own), and every request completes exactly once
+@pytest.mark.parametrize("host_blocks", [0, 12], ids=["gpu", "host"])
+def test_concurrent_requests_keep_the_accounting_exact_and_all_complete(
+    kind, free_queue, host_blocks
+):
+    # many requests at once over shared prefixes, some whose content runs on into their reply
+    # (a conversation: a later prompt resends it), pools small enough for evictions and
+    # preemptions, with or without a host tier: the accounting is exact at every step (blocks
+    # in use are the held cached ones plus each request's own; host blocks follow the
+    # registered ones), the steps carry every token copied back, and every request completes
+    # exactly once
     block = 4
-    evicted = preempted = hits = 0
+    evicted = preempted = hits = loaded = 0
     for seed in range(12):
         rng = random.Random(seed)
         kv = PrefixCachingKVCache(
-            rng.randint(24, 48), block, rng.choice([0.0, 0.05]), free_queue=free_queue
+            rng.randint(24, 48),
+            block,
+            rng.choice([0.0, 0.05]),
+            free_queue=free_queue,
+            host_blocks=host_blocks,
         )
         sched = _scheduler(kind, kv, rng)
         prefixes = [[(rng.getrandbits(40), rng.randint(1, 3)) for _ in range(4)] for _ in range(3)]
         pending = []
         for rid in range(50):
-            groups = prefixes[rng.randrange(3)][: rng.randint(0, 3)]
+            chain = prefixes[rng.randrange(3)]
+            if rng.random() < 0.3:  # a turn whose reply is the chain's next group
+                groups = chain[: rng.randint(2, 4)]
+                prompt = sum(n for _, n in groups[:-1]) * block + rng.randint(0, block - 1)
+                reply = groups[-1][1] * block + block
+                pending.append(cached_request(rid, prompt, rng.randint(reply, 30), groups))
+                continue
+            groups = chain[: rng.randint(0, 3)]
             groups += [(rng.getrandbits(40), rng.randint(1, 2))] * rng.randint(0, 1)
             if groups and rng.random() < 0.4:  # a prompt that ends inside its last group
                 key, n = groups[-1]
@@ -284,6 +304,9 @@ def test_concurrent_requests_keep_the_accounting_exact_and_all_complete(kind, fr
                 sched.add(pending.pop(0))
             now += 1.0
             plan = sched.schedule()
+            copied = kv.take_loaded_tokens()
+            assert copied % block == 0 and (not copied or plan.prefills)
+            loaded += copied // block
             steps = sched.decode_stretch_limit(plan) if plan.is_pure_decode else 1
             if steps > 1:  # a decode stretch, cut short at random as an arrival would
                 done, _ = sched.advance_decodes(plan, rng.randint(1, steps))
@@ -297,7 +320,11 @@ def test_concurrent_requests_keep_the_accounting_exact_and_all_complete(kind, fr
         evicted += kv.evicted_blocks
         hits += kv.hit_blocks
         preempted += sum(r.num_preemptions for r in requests)
+        if kv.host is not None:
+            assert kv.host.loaded_blocks * block == kv.host_hit_tokens
+            assert kv.host.num_used_blocks <= host_blocks
     assert evicted > 0 and hits > 0  # the scenarios exercise both
+    assert (loaded > 0) == bool(host_blocks)
     if kind != "prefill_first":
         assert preempted > 0
 
@@ -349,3 +376,52 @@ def test_sglang_counts_a_prefix_it_holds_again_out_of_its_admission_budget():
     sched.add(r2)
     plan = sched.schedule()
     assert prefills(plan) == [(1, 1)] and r1.cached_prompt_tokens == 60
+
+
+# --- the host tier (kv.cpu_offload_gib) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("host_blocks", "loaded"), [(8, 3), (2, 2)], ids=["room", "short"])
+def test_an_evicted_prefix_comes_back_from_host_memory_and_the_step_pays_the_copy(
+    host_blocks, loaded
+):
+    """6 blocks of 4 tokens. a (13 tokens) registers 3 blocks; b (24 tokens, nothing shared)
+    takes every block, evicting them to host memory; c (a's 3 blocks, then 2 tokens) copies
+    them back and computes 2 tokens. A host tier of 2 blocks kept the first 2 (a lookup's
+    first): c copies those and recomputes the third."""
+    kv = PrefixCachingKVCache(6, 4, host_blocks=host_blocks)
+    sched = VLLMScheduler(kv, max_num_seqs=4, max_num_batched_tokens=64)
+    a = cached_request(0, 13, 1, [(11, 3)])
+    sched.add(a)
+    run_to_completion(sched, a)
+    assert kv.num_cached_blocks == 3 and kv.take_loaded_tokens() == 0
+    b = cached_request(1, 24, 1, [])
+    sched.add(b)
+    run_to_completion(sched, b, 10.0)
+    assert kv.num_cached_blocks == 0 and kv.evicted_blocks == 3
+    assert kv.host is not None  # (it keeps what fits: a lookup's first blocks)
+    assert kv.host.stored_blocks == kv.host.num_used_blocks == min(3, host_blocks)
+    c = cached_request(2, 14, 1, [(11, 3)])
+    sched.add(c)
+    plan = sched.schedule()
+    assert kv.take_loaded_tokens() == loaded * 4 and kv.take_loaded_tokens() == 0
+    assert prefills(plan) == [(2, 14 - loaded * 4)]
+    assert c.cached_prompt_tokens == c.host_cached_prompt_tokens == loaded * 4
+    assert kv.host.loaded_blocks == loaded and kv.host.num_used_blocks == 0
+    assert kv.host_hit_tokens == loaded * 4 == kv.hit_tokens
+    kv.check([c])
+    sched.on_step_end(plan)
+    kv.check()
+    # registered again on the GPU: the next request finds all 3 there, nothing to copy
+    d = cached_request(3, 14, 1, [(11, 3)])
+    sched.add(d)
+    sched.schedule()
+    assert d.cached_prompt_tokens == 12 and d.host_cached_prompt_tokens == 0
+    assert kv.take_loaded_tokens() == 0
+
+
+def test_the_copy_from_host_memory_is_priced_before_the_step():
+    model = HostLoadStepTime(ConstantStepTime(0.01), 2e-6)
+    assert model.step_time_s(StepShape(8, 2, 64, 40)) == 0.01
+    assert model.step_time_s(StepShape(8, 2, 64, 40, host_loaded_tokens=512)) == (512 * 2e-6 + 0.01)
+    assert model.decode_stretch_s(StepShape(0, 2, 0, 40), 2, 3) == [0.01] * 3

@@ -19,6 +19,7 @@ from sim.fleet.router import (
     PrefixAffinityRouter,
     RandomRouter,
     RoundRobinRouter,
+    SessionRouter,
 )
 from sim.output.run_files import REQUESTS_FILE, write_run
 from sim.run import simulate
@@ -318,3 +319,34 @@ def test_prefix_affinity_finds_more_of_the_mooncake_prefixes_than_least_outstand
         for router in ("least_outstanding", "prefix_affinity")
     }
     assert hits["prefix_affinity"] > 1.3 * hits["least_outstanding"], hits
+
+
+def turn_of(session: int | None, turn: int = 0, last: bool = False, model_id: int = 0) -> Request:
+    r = Request(0, 0.0, 100, 10, model_id=model_id)
+    r.session_id, r.turn, r.last_turn = session, turn, last
+    return r
+
+
+def test_session_router_pins_a_conversation_to_its_first_replica():
+    router = SessionRouter()
+    replicas = stubs(3)
+    for i, stub in enumerate(replicas):
+        stub.num_outstanding = [2, 0, 1][i]
+    assert router.choose(turn_of(7), replicas) == 1  # least outstanding for a first turn
+    replicas[1].num_outstanding = 9  # now the busiest: the session stays anyway
+    assert router.choose(turn_of(7, 1), replicas) == 1
+    assert router.choose(turn_of(8), replicas) == 2  # another session: least outstanding
+    assert router.choose(turn_of(7, 2, last=True), replicas) == 1
+    # the pin is gone after the last turn: the same id starts afresh (least outstanding)
+    assert router.choose(turn_of(7), replicas) == 2
+    # another model's session of the same id is another conversation
+    assert router.choose(turn_of(8, 1, model_id=1), replicas) == 2
+    assert router._pinned == {(0, 7): 2, (0, 8): 2, (1, 8): 2}
+
+
+def test_session_router_routes_requests_of_no_session_as_least_outstanding():
+    router = SessionRouter()
+    replicas = stubs(3)
+    replicas[0].num_outstanding = 1
+    assert router.choose(turn_of(None), replicas) == 1
+    assert router._pinned == {}

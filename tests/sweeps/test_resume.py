@@ -160,3 +160,23 @@ def test_job_status_counts_the_model_fields_a_config_json_gave_as_asked(tmp_path
     assert job_status(tmp_path, other_file) == "todo"
     set_apart = {"model": {**asked["model"], "num_layers": 16}}  # given on the command line
     assert job_status(tmp_path, set_apart) == "todo"
+
+
+def test_job_status_reads_runs_from_before_the_host_tier(tmp_path):
+    """kv.cpu_offload_gib and hardware.host_link_gbps came later: a run without them ran with
+    no host tier, and the link is compared only while a host tier reads it."""
+    old = {"kv": {"block_size": 16, "prefix_caching": False}, "hardware": {"name": "H100-SXM"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    (tmp_path / "summary.json").write_text("{}")
+    now = {
+        "kv": {"block_size": 16, "prefix_caching": False, "cpu_offload_gib": 0.0},
+        "hardware": {"name": "H100-SXM", "host_link_gbps": 64},
+    }
+    assert job_status(tmp_path, now) == "complete"
+    offloading = {**now, "kv": {**now["kv"], "prefix_caching": True, "cpu_offload_gib": 8.0}}
+    assert job_status(tmp_path, offloading) == "todo"
+    # with a host tier on both sides, the link counts
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(offloading))
+    assert job_status(tmp_path, offloading) == "complete"
+    slower = {**offloading, "hardware": {"name": "H100-SXM", "host_link_gbps": 32}}
+    assert job_status(tmp_path, slower) == "todo"

@@ -152,3 +152,60 @@ def test_bad_hash_ids_are_one_line_naming_the_row(tmp_path, ids, row):
 def test_the_prefix_cache_on_a_workload_that_shares_nothing_is_refused():
     with pytest.raises(ConfigError, match=r"^kv\.prefix_caching=True: this workload says nothing"):
         simulate(compose_config(["workload=poisson", "kv.prefix_caching=true"]))
+
+
+# --- the host tier (kv.cpu_offload_gib), end to end -------------------------------------------
+
+HOST_RUN = [
+    "workload=sessions",
+    "workload.num_sessions=150",
+    "workload.session_rate=5",
+    "model=llama31_8b",
+    "hardware=h100_sxm",
+    "fleet.replicas=1",
+    "kv.prefix_caching=true",
+    "kv.num_blocks=3000",  # small: conversations are evicted between their turns
+    "step_time=constant",
+    "step_time.seconds=0.01",
+    "sim.progress=false",
+]
+
+
+def test_a_host_tier_finds_evicted_turns_and_each_step_pays_its_copies():
+    without = simulate(compose_config(HOST_RUN))
+    result = simulate(compose_config([*HOST_RUN, "kv.cpu_offload_gib=4"]))
+    cache, before = result.summary["prefix_cache"], without.summary["prefix_cache"]
+    assert before["evicted_blocks"] > 0 and "host_hit_tokens" not in before
+    assert (
+        cache["host_hit_tokens"] > 0
+        and cache["host_loaded_blocks"] * 16 == (cache["host_hit_tokens"])
+    )
+    assert cache["hit_tokens"] > before["hit_tokens"]  # evicted turns found in host memory
+    assert cache["host_stored_blocks"] == cache["evicted_blocks"]  # 4 GiB keeps every one
+    # Llama-3.1-8B's KV is 128 KiB a token; an H100's PCIe Gen5 link copies 64 GB/s
+    seconds_per_token = 131072 / 64e9
+    durations = np.asarray(result.steps.column("duration_s"))
+    extra = durations - 0.01
+    assert extra.min() > -1e-12
+    assert extra.sum() == pytest.approx(cache["host_hit_tokens"] * seconds_per_token, rel=1e-9)
+    table = result.requests.to_pandas()
+    assert (table.status == "completed").all()
+    assert (table.host_cached_prompt_tokens <= table.cached_prompt_tokens).all()
+    assert table.host_cached_prompt_tokens.sum() > 0
+    assert "host_cached_prompt_tokens" not in without.requests.schema.names
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["kv.prefix_caching=false", "kv.cpu_offload_gib=4"], "kv.cpu_offload_gib"),
+        (["kv.cpu_offload_gib=1e-9"], "kv.cpu_offload_gib"),
+        (["kv.cpu_offload_gib=-1"], "kv.cpu_offload_gib"),
+        (["kv.cpu_offload_gib=4", "hardware.host_link_gbps=null"], "hardware.host_link_gbps"),
+        (["kv.cpu_offload_gib=4", "hardware.host_link_gbps=0"], "hardware.host_link_gbps"),
+    ],
+)
+def test_a_host_tier_it_cannot_have_is_refused_naming_the_field(overrides, field):
+    with pytest.raises(ConfigError) as caught:
+        simulate(compose_config([*HOST_RUN, "workload.num_sessions=3", *overrides]))
+    assert caught.value.field == field

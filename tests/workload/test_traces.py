@@ -195,9 +195,13 @@ def test_every_workload_config_builds(path):
     cfg.update(OVERRIDES.get(path.stem, {}))
     if cfg["kind"] != "trace" and cfg.get("num_requests") is not None:
         cfg["num_requests"] = min(cfg["num_requests"], 100)
+    if cfg["kind"] == "sessions":
+        cfg["num_sessions"] = min(cfg["num_sessions"], 20)
     w = build_workload(cfg, seed=0)
     assert w.num_requests >= 1
-    assert (w.arrival_time_s is None) == (cfg["kind"] == "closed_loop")
+    # closed loops and conversations are paced by the fleet, not by arrival times
+    assert (w.arrival_time_s is None) == (cfg["kind"] in ("closed_loop", "sessions"))
+    assert (w.sessions is not None) == (cfg["kind"] == "sessions")
     assert w.prompt_tokens.min() >= 1 and w.output_tokens.min() >= 1
 
 

@@ -194,6 +194,7 @@ class Scheduler:
             request.num_computed_tokens += cached
             if not request.num_preemptions:
                 request.cached_prompt_tokens = cached
+                request.host_cached_prompt_tokens = self.kv.last_loaded_tokens
         self.waiting.popleft()
         request.status = RUNNING
         self.running.append(request)

@@ -25,6 +25,7 @@ class StepPlan:
     num_decode_seqs: int = 0
     prefill_attn: int = 0
     decode_context: int = 0
+    host_loaded_tokens: int = 0  # cached tokens the step's admissions copied from host memory
 
     def add_prefill(self, request: Request, num_tokens: int) -> None:
         context_before = request.num_computed_tokens
@@ -40,7 +41,11 @@ class StepPlan:
     def shape(self) -> StepShape:
         """The step's work, as the step-time models see it."""
         return StepShape(
-            self.num_prefill_tokens, self.num_decode_seqs, self.prefill_attn, self.decode_context
+            self.num_prefill_tokens,
+            self.num_decode_seqs,
+            self.prefill_attn,
+            self.decode_context,
+            self.host_loaded_tokens,
         )
 
     @property

@@ -70,3 +70,31 @@ class ScaledStepTime(StepTimeModel):
         if isinstance(durations, np.ndarray):
             return durations * self.scale
         return [d * self.scale for d in durations]
+
+
+class HostLoadStepTime(StepTimeModel):
+    """Another model's step times plus the copy of the step's host-loaded KV tokens
+    (``StepShape.host_loaded_tokens``, ``kv.cpu_offload_gib``) back to the GPU, before the step
+    runs: ``tokens x bytes per token per GPU / host link bandwidth`` (each GPU of a replica
+    copies its own share over its own link). The model sees the shape without them; a pure
+    decode stretch loads nothing and is the model's own."""
+
+    def __init__(self, inner: StepTimeModel, seconds_per_token: float) -> None:
+        self.inner = inner
+        self.seconds_per_token = seconds_per_token
+        self.request_overhead_s = inner.request_overhead_s
+
+    def step_time_s(self, shape: StepShape) -> float:
+        loaded = shape.host_loaded_tokens
+        if not loaded:
+            return self.inner.step_time_s(shape)
+        computed = StepShape(
+            shape.num_prefill_tokens,
+            shape.num_decode_seqs,
+            shape.prefill_attn,
+            shape.decode_context,
+        )
+        return loaded * self.seconds_per_token + self.inner.step_time_s(computed)
+
+    def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
+        return self.inner.decode_stretch_s(first, context_growth, num_steps)
