@@ -317,6 +317,9 @@ def simulate(
             summary["prefix_cache"] = prefix_cache_summary(
                 [e.scheduler.kv for engines in replica_engines for e in engines]
             )
+            # flat, for checkers that read only top-level keys (the prompt tokens no step
+            # computed: steps.parquet counts computed tokens only)
+            summary["prefix_cache_hit_tokens"] = summary["prefix_cache"]["hit_tokens"]
         texts = {
             reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))
             for reason in summary["rejected_by_reason"]

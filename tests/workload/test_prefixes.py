@@ -91,6 +91,10 @@ def test_the_prefix_cache_cuts_prefill_work_on_the_shared_prefixes():
     assert off.summary["num_preemptions"] == on.summary["num_preemptions"] == 0
     assert prefill_off - prefill_on == cached
     assert on.summary["ttft_s"]["mean"] < off.summary["ttft_s"]["mean"]
+    # the same count at the top level, where checkers look for the tokens no step computed
+    assert on.summary["prefix_cache_hit_tokens"] == on.summary["prefix_cache"]["hit_tokens"]
+    assert on.summary["prefix_cache_hit_tokens"] == cached  # (one admission each)
+    assert "prefix_cache_hit_tokens" not in off.summary
 
 
 def test_without_it_the_tables_and_summary_are_as_before():
