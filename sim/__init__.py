@@ -9,8 +9,8 @@ The data flows one way, and the packages follow it::
 ``calibration`` fits step-time profiles offline. At the top: ``run`` (one simulation from a config,
 the composition root), ``cli`` (the ``fleetcast`` command), and the basics every package may
 import: ``errors``, ``rng``, ``resources`` (where shipped configs and data are) and
-``arrow_numpy``. Room is left for ``planning`` (capacity plans, driving runs through ``run``)
-and ``reports`` (reading run, sweep and plan folders only).
+``arrow_numpy``. Then ``plan`` (capacity plans, and a day's plans, driving runs through
+``run``) and ``report`` (HTML and Markdown reports, reading run, sweep and plan folders only).
 """
 
 __version__ = "0.1.0"

@@ -30,6 +30,9 @@
                    [hydra/launcher=... hydra.launcher.KEY=VALUE]
                                            the smallest replica count meeting every SLO per
                                            candidate, with replications; cheapest first
+    fleetcast report PATH [--out FILE_STEM] [--title TEXT]
+                                           a run, collected sweep, plan or day-plan folder as
+                                           PATH/report.html (self-contained) and report.md
 
 Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 """
@@ -60,6 +63,7 @@ COMMANDS = (
     "compare",
     "bench",
     "plan",
+    "report",
 )
 USAGE = __doc__
 
@@ -289,6 +293,10 @@ def main(argv: list[str] | None = None) -> None:
         from sim.plan.planner import main as plan_main
 
         sys.exit(plan_main(argv, run_hydra))
+    if command == "report":
+        from sim.report.command import main as report_main
+
+        sys.exit(report_main(argv))
     if command == "profile":
         from sim.calibration.profiler import main as profile_main
 

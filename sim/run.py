@@ -18,18 +18,21 @@ from omegaconf import DictConfig
 
 from sim import rng
 from sim.catalog.placement import Placement, build_placement
+from sim.config.autoscale import BASE_ENGINE, check_autoscale
 from sim.config.build import build, target_class
-from sim.config.compose import to_dict
+from sim.config.compose import to_dict, with_settings
 from sim.config.schema import RunConfig, SessionsWorkload, TraceWorkload, validate_run
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import Request
 from sim.engine.scheduler.base import Scheduler
-from sim.engine.step_time.base import HostLoadStepTime, ScaledStepTime
+from sim.engine.step_time.base import HostLoadStepTime, ScaledStepTime, StepTimeModel
 from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
+from sim.fleet.autoscaler import Autoscaler, Variant
 from sim.fleet.cluster import Cluster
 from sim.fleet.replica import Engine
+from sim.output.cost import gpu_price
 from sim.output.request_log import RequestLog
 from sim.output.results import (
     prefix_cache_summary,
@@ -39,6 +42,7 @@ from sim.output.results import (
 from sim.output.run_files import (
     CONFIG_FILE,
     REQUESTS_FILE,
+    SCALING_FILE,
     STEPS_FILE,
     SUMMARY_FILE,
     RunFolder,
@@ -46,6 +50,7 @@ from sim.output.run_files import (
     config_text,
     to_json,
 )
+from sim.output.scaling import ScalingLog
 from sim.output.step_log import StepLog
 from sim.output.tables import MemorySink, ParquetSink, TableSink
 from sim.workload.prefixes import with_hash_ids
@@ -100,6 +105,116 @@ def _host_tiers(run: RunConfig, placement: Placement) -> list[tuple[int, float]]
     return tiers
 
 
+class EngineSetup:
+    """What one engine configuration builds its engines from: each model's step-time model,
+    the prefix cache's host tiers, the kind of KV cache."""
+
+    def __init__(self, cfg: dict[str, Any], run: RunConfig, placement: Placement) -> None:
+        self.cfg, self.run, self.placement = cfg, run, placement
+        step_times = [
+            build(cfg["step_time"], "step_time", deployment=d) for d in placement.deployments
+        ]
+        if run.sim.step_time_scale != 1.0:
+            step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
+        self.host_tiers = _host_tiers(run, placement)
+        if self.host_tiers is not None:
+            # each step pays the copy of the KV its admissions found in host memory
+            step_times = [
+                HostLoadStepTime(m, seconds)
+                for m, (_, seconds) in zip(step_times, self.host_tiers, strict=True)
+            ]
+        self.step_times: list[StepTimeModel] = step_times
+        # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
+        # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
+        self.free_queue = (
+            target_class(cfg["scheduler"], "scheduler").prefix_cache_eviction == "free_queue"
+        )
+
+    def scheduler(self, model_id: int) -> Scheduler:
+        run, deployment = self.run, self.placement.deployments[model_id]
+        plan = deployment.memory
+        kv: KVCache
+        if run.kv.prefix_caching:
+            kv = PrefixCachingKVCache(
+                plan.num_blocks,
+                plan.block_size,
+                run.kv.watermark,
+                free_queue=self.free_queue,
+                host_blocks=0 if self.host_tiers is None else self.host_tiers[model_id][0],
+            )
+        else:
+            kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
+        return build(
+            self.cfg["scheduler"],
+            "scheduler",
+            kv=kv,
+            max_model_len=deployment.model.max_context_tokens,
+            gpu=deployment.gpu,  # for engines whose defaults depend on it
+        )
+
+    def engine(self, model_id: int) -> Engine:
+        return Engine(model_id, self.scheduler(model_id), self.step_times[model_id])
+
+    def variant(self, name: str) -> Variant:
+        """This configuration as replicas an autoscaler adds (a fleet of one model)."""
+        deployment = self.placement.deployments[0]
+        price = gpu_price(self.run.cost, deployment.gpu)[0]
+        return Variant(
+            name,
+            lambda: [self.engine(0)],
+            deployment.num_gpus,
+            price,
+            scheduler=lambda: self.scheduler(0),
+            description={
+                "gpu": deployment.gpu.name,
+                "gpus_per_replica": deployment.num_gpus,
+                "tp": self.run.fleet.tp,
+                "weights": self.run.precision.weights,
+                "kv": self.run.precision.kv,
+                "kv_capacity_tokens": deployment.memory.kv_capacity_tokens,
+                "usd_per_gpu_hour": price,
+            },
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Autoscaling:
+    """An autoscaled run's engine configurations, and the fleet at time 0."""
+
+    variants: dict[str, Variant]
+    initial: str
+    initial_replicas: int
+
+
+def _autoscaling(cfg: dict[str, Any], run: RunConfig, setup: EngineSetup) -> Autoscaling | None:
+    """The engine configurations of ``autoscale`` (None when the fleet is fixed)."""
+    auto = run.autoscale
+    if not auto.enabled:
+        return None
+    require(
+        setup.placement.mode == "single",
+        "autoscale.policy",
+        auto.policy,
+        "scales a fleet of one model: use placement=single",
+    )
+    variants = {BASE_ENGINE: setup.variant(BASE_ENGINE)}
+    for name, settings in auto.engines.items():
+        variant_cfg = with_settings(cfg, settings, f"autoscale.engines.{name}")
+        variant_run = validate_run(variant_cfg)
+        placement = build_placement(variant_run, variant_run.placement, 1)
+        variants[name] = EngineSetup(variant_cfg, variant_run, placement).variant(name)
+    if auto.schedule is not None:
+        return Autoscaling(variants, auto.schedule[0].engine, auto.schedule[0].replicas)
+    require(
+        auto.min_replicas <= run.fleet.replicas <= auto.max_replicas,
+        "fleet.replicas",
+        run.fleet.replicas,
+        f"is the autoscaled fleet at time 0: keep it within autoscale.min_replicas "
+        f"({auto.min_replicas}) and autoscale.max_replicas ({auto.max_replicas})",
+    )
+    return Autoscaling(variants, BASE_ENGINE, run.fleet.replicas)
+
+
 def _progress_callback(
     setting: bool | str, total: int
 ) -> tuple[Callable[[Request], None] | None, tqdm[Any] | None]:
@@ -147,6 +262,7 @@ def simulate(
     """
     cfg = to_dict(cfg)
     run = validate_run(cfg)
+    check_autoscale(run.autoscale)
     num_replicas = run.fleet.replicas
     placement = build_placement(run, run.placement, num_replicas)
     deployment = placement.deployments[0]
@@ -157,9 +273,6 @@ def simulate(
             key: getattr(model, key) if value is None and hasattr(model, key) else value
             for key, value in cfg["model"].items()
         }
-    step_times = [build(cfg["step_time"], "step_time", deployment=d) for d in placement.deployments]
-    if run.sim.step_time_scale != 1.0:
-        step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
     router = build(cfg["router"], "router", rng=rng.stream(run.seed, "router"))
     require(
         run.kv.prefix_caching or not getattr(router, "needs_prefix_cache", False),
@@ -196,13 +309,7 @@ def simulate(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
         )
 
-    host_tiers = _host_tiers(run, placement)
-    if host_tiers is not None:
-        # each step pays the copy of the KV its admissions found in host memory
-        step_times = [
-            HostLoadStepTime(m, seconds)
-            for m, (_, seconds) in zip(step_times, host_tiers, strict=True)
-        ]
+    setup = EngineSetup(cfg, run, placement)
     if run.kv.prefix_caching:
         if isinstance(run.workload, TraceWorkload):
             workload = with_hash_ids(workload, run.workload.hash_block_tokens)
@@ -214,31 +321,6 @@ def simulate(
             "with a hash_ids column (workload=mooncake_conv), or conversations "
             "(workload=sessions)",
         )
-    # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
-    # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
-    free_queue = target_class(cfg["scheduler"], "scheduler").prefix_cache_eviction == "free_queue"
-
-    def make_scheduler(model_id: int) -> Scheduler:
-        plan = placement.deployments[model_id].memory
-        kv: KVCache
-        if run.kv.prefix_caching:
-            kv = PrefixCachingKVCache(
-                plan.num_blocks,
-                plan.block_size,
-                run.kv.watermark,
-                free_queue=free_queue,
-                host_blocks=0 if host_tiers is None else host_tiers[model_id][0],
-            )
-        else:
-            kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
-        return build(
-            cfg["scheduler"],
-            "scheduler",
-            kv=kv,
-            max_model_len=placement.deployments[model_id].model.max_context_tokens,
-            gpu=placement.deployments[model_id].gpu,  # for engines whose defaults depend on it
-        )
-
     # one scheduler per model, built first: it checks the options, and finds the requests
     # the fleet can never serve before anything runs
     if workload.sessions is None:
@@ -247,22 +329,32 @@ def simulate(
         model_ids = workload.sessions.per_row(
             placement.model_ids(workload.sessions.num_sessions, run.seed)
         )
-    schedulers = [make_scheduler(m) for m in range(len(placement.deployments))]
+    schedulers = [setup.scheduler(m) for m in range(len(placement.deployments))]
     pattern = getattr(spec, "pattern", None)
-    check_servable(
-        workload,
-        model_ids,
-        schedulers,
+    length_field = (
         ("workload.pattern", pattern)
         if pattern is not None
         else ("workload.system_prompt_tokens", spec.system_prompt_tokens)
         if isinstance(spec, SessionsWorkload)  # (a first turn is always kept, whatever its length)
-        else ("workload.prompt_tokens", getattr(spec, "prompt_tokens", None)),
+        else ("workload.prompt_tokens", getattr(spec, "prompt_tokens", None))
     )
-    replica_engines = [
-        [Engine(m, make_scheduler(m), step_times[m]) for m in models]
-        for models in placement.replica_models
-    ]
+    check_servable(workload, model_ids, schedulers, length_field)
+    autoscaling = _autoscaling(cfg, run, setup)
+    if autoscaling is not None:
+        # every engine configuration must serve every request, as the run's own must
+        for name, variant in autoscaling.variants.items():
+            assert variant.scheduler is not None  # (EngineSetup.variant gives it)
+            try:
+                check_servable(workload, model_ids, [variant.scheduler()], length_field)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"autoscale.engines.{name}", "{...}", f"cannot serve the workload: {err}"
+                ) from None
+    if autoscaling is None:
+        replica_engines = [[setup.engine(m) for m in models] for models in placement.replica_models]
+    else:
+        initial = autoscaling.variants[autoscaling.initial]
+        replica_engines = [initial.make_engines() for _ in range(autoscaling.initial_replicas)]
     folder = RunFolder(output_dir) if output_dir is not None else None
     step_log = StepLog(
         run.output.steps,
@@ -273,7 +365,7 @@ def simulate(
     requests_sink: TableSink
     steps_sink: TableSink
     requests_columns = requests_schema(
-        run.kv.prefix_caching, workload.sessions is not None, host_tiers is not None
+        run.kv.prefix_caching, workload.sessions is not None, setup.host_tiers is not None
     )
     if folder is None:
         requests_sink, steps_sink = MemorySink(requests_columns), MemorySink(step_log.schema)
@@ -289,22 +381,33 @@ def simulate(
             RequestLog(requests_sink),
             step_log,
             model_ids=model_ids,
-            fast_forward_decode=run.sim.fast_forward_decode,
+            # KV use read mid-stretch would be the stretch's start: step one by one for it
+            fast_forward_decode=run.sim.fast_forward_decode and run.autoscale.policy != "kv",
             horizon_s=run.sim.horizon_s,
             on_request_done=on_done,
             frontend_token_s=run.frontend.token_s,
         )
+        scaling_log = None
+        if autoscaling is not None:
+            scaling_log = ScalingLog()
+            Autoscaler(
+                cluster,
+                run.autoscale,
+                autoscaling.variants,
+                autoscaling.variants[autoscaling.initial],
+                scaling_log,
+            )
         try:
             cluster.run()
         finally:
             if bar is not None:
                 bar.close()
-        totals = step_log.finish(num_replicas, steps_sink)
+        totals = step_log.finish(len(cluster.replicas), steps_sink)
         summary = summarize(
             requests_sink.column,
             totals,
             slo=run.slo,
-            num_gpus=num_replicas * deployment.num_gpus,
+            num_gpus=num_replicas * deployment.num_gpus,  # (an autoscaled fleet: its peak)
             num_replicas=num_replicas,
             kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
             gpu=deployment.gpu,
@@ -312,25 +415,44 @@ def simulate(
             warmup_requests=workload.warmup_requests,
             # a closed loop or a capped client sends only as the fleet lets it
             paced_by_client=workload.concurrency is not None,
+            scaling=None if scaling_log is None else (scaling_log, run.autoscale),
         )
+        if autoscaling is not None:  # what each engine configuration was
+            summary["autoscale"]["engines"] = {
+                name: variant.description for name, variant in autoscaling.variants.items()
+            }
+        if workload.notes:  # how the workload was built, where a reader must know (a day
+            # stretched from an hour-long trace)
+            summary["workload_notes"] = list(workload.notes)
         if run.kv.prefix_caching:
             summary["prefix_cache"] = prefix_cache_summary(
-                [e.scheduler.kv for engines in replica_engines for e in engines]
+                [e.scheduler.kv for replica in cluster.replicas for e in replica.engines]
             )
             # flat, for checkers that read only top-level keys (the prompt tokens no step
             # computed: steps.parquet counts computed tokens only)
             summary["prefix_cache_hit_tokens"] = summary["prefix_cache"]["hit_tokens"]
+        # (an autoscaled fleet's other engines after the run's own: a reason both have is
+        # said in the run's own terms)
+        every = [*schedulers, *(e.scheduler for r in cluster.replicas for e in r.engines)]
         texts = {
-            reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))
+            reason: next(s.refusal_text(reason) for s in every if s.refusal_text(reason))
             for reason in summary["rejected_by_reason"]
         }
+        scaling = None if scaling_log is None else scaling_log.table()
         if folder is None:
             assert isinstance(requests_sink, MemorySink) and isinstance(steps_sink, MemorySink)
-            return RunResult(requests_sink.table, steps_sink.table, summary, cfg, texts)
+            return RunResult(
+                requests_sink.table, steps_sink.table, summary, cfg, texts, scaling=scaling
+            )
         # summary.json last: its presence marks a finished run
         folder.write(CONFIG_FILE, config_text(cfg))
         folder.commit(REQUESTS_FILE)
         folder.commit(STEPS_FILE)
+        if scaling is not None:
+            import pyarrow.parquet as pq
+
+            pq.write_table(scaling, folder.temporary(SCALING_FILE))
+            folder.commit(SCALING_FILE)
         # the spill goes before summary.json marks the run finished: a kill between the two
         # would otherwise leave it in a folder that a resumed sweep skips as done
         folder.discard()

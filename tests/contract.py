@@ -194,7 +194,16 @@ def table_problems(
     if summary["num_preemptions"] != int(req["num_preemptions"].sum()):
         bad.append("summary num_preemptions disagrees with the table")
     cost = summary["cost"]
-    if abs(cost["usd_per_hour"] - summary["num_gpus"] * cost["usd_per_gpu_hour"]) > 1e-9:
+    scaled = summary.get("autoscale")
+    if scaled is not None:  # billed for what it held: the span's bill over its hours
+        hours = summary["duration_s"] / 3600
+        if abs(cost["usd_per_hour"] * hours - scaled["usd_total"]) > 1e-9 * (
+            1 + scaled["usd_total"]
+        ):
+            bad.append("cost.usd_per_hour x span != autoscale.usd_total")
+        if scaled["gpu_hours"] > summary["num_gpus"] * hours * (1 + 1e-12):
+            bad.append("autoscale.gpu_hours above the peak GPUs over the span")
+    elif abs(cost["usd_per_hour"] - summary["num_gpus"] * cost["usd_per_gpu_hour"]) > 1e-9:
         bad.append("cost.usd_per_hour != num_gpus x usd_per_gpu_hour")
     return bad
 

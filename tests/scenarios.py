@@ -43,3 +43,17 @@ SCHEDULERS = {
         "scheduler.chunked_prefill_size=64",
     ],
 }
+
+
+# A day plan's settings small enough for the suite: two periods, two replications a point, no
+# what-ifs or headroom (tests/plan/test_day.py, tests/report/conftest.py)
+QUICK_DAY_PLAN = [
+    "plan.max_replicas=8",
+    "plan.jobs=2",
+    "plan.step_time_scales=[]",
+    "plan.rate_scales=[]",
+    "plan.max_headroom=null",
+    "plan.min_replications=2",
+    "plan.max_replications=2",
+    "plan.day.periods=2",
+]

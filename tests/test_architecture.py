@@ -30,7 +30,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine": BASICS | {"catalog"},
     "output": BASICS | {"config", "catalog", "engine"},
     "fleet": BASICS
-    | {"engine", "workload", "output.metrics", "output.request_log", "output.step_log"},
+    | {
+        "engine",
+        "workload",
+        "output.metrics",
+        "output.request_log",
+        "output.step_log",
+        "output.scaling",  # the autoscaler's log of the fleet's changes
+        "config.autoscale",  # the autoscaler's settings
+    },
     # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
     "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
     "sweeps": BASICS | {"config", "output.run_files"},
@@ -39,19 +47,42 @@ MAY_IMPORT: dict[str, set[str]] = {
     # fleetcast plan: composes and simulates points into run folders resumed as a sweep's,
     # flattens summaries as collect does
     "plan": BASICS
-    | {"config", "run", "sweeps.runs", "sweeps.resume", "output.run_files", "output.summary_table"},
+    | {
+        "config",
+        "run",
+        "sweeps.runs",
+        "sweeps.resume",
+        "output.run_files",
+        "output.summary_table",
+        # a day plan's periods and the workloads that stand for them (pure numpy)
+        "workload.day",
+        # an hour's latency statistics, computed as a run's summary computes them
+        "output.results",
+    },
+    # fleetcast report reads files: run folders (their names), a sweep's SLO attainment as it is
+    # ranked, a plan's SLO grammar, intervals and run folder names; never engine/ or fleet/
+    "report": BASICS
+    | {
+        "output.run_files",
+        "output.summary_table",
+        "sweeps.monitor",
+        "plan.slo",
+        "plan.replications",
+        "plan.runs",
+        "plan.rounds",
+    },
 }
 ANYTHING = {"run", "cli", "__main__", "__init__"}
 # Third-party packages only some parts may use: SimPy moves time (the fleet only); the
-# optional extras (calibrate, profile) stay where they are needed.
+# optional extras (calibrate, profile, report) stay where they are needed.
 ONLY_IN = {
     "simpy": {"fleet"},
     "torch": {"calibration"},
     "scipy": {"calibration"},
-    "pandas": {"calibration"},
+    "pandas": {"calibration", "report"},
     "hydra": {"config", "sweeps", "cli"},
-    "seaborn": set(),
-    "matplotlib": set(),
+    "seaborn": {"report"},
+    "matplotlib": {"report"},
 }
 
 
@@ -113,6 +144,8 @@ def test_the_rules_catch_a_wrong_import():
     assert not _allowed("output", "fleet.cluster")
     assert not _allowed("fleet", "output.results")
     assert _allowed("fleet", "output.metrics") and _allowed("engine", "catalog.deployment")
+    assert not _allowed("report", "engine.kv_cache") and not _allowed("report", "fleet.cluster")
+    assert not _allowed("report", "run") and _allowed("report", "output.run_files")
 
 
 PACKAGES = sorted(p for p in SIM.iterdir() if (p / "__init__.py").is_file())

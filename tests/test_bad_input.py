@@ -21,11 +21,46 @@ from tests.support import fleetcast
 
 HEADER = "arrival_time_s,prompt_tokens,output_tokens\n"
 POISSON = ["workload=poisson", "workload.num_requests=5"]
+AZURE_CONV = "shipped:traces/azure_llm_2023_conv.parquet"
+PERIOD = "{{start_hour:{},end_hour:{},prompt_tokens:9}}"  # a daily workload's period
 
 # (id, overrides, what the error line starts with after "error: ")
 CONFIG_VALUES: list[tuple[str, list[str], str]] = [
     # types first: text, fractions and non-booleans where a number, an integer or a bool belongs
     ("watermark text", ["kv.watermark=abc"], "kv.watermark='abc'"),
+    # an autoscaled fleet (sim.fleet.autoscaler)
+    ("autoscale policy", ["autoscale.policy=hpa"], "autoscale.policy='hpa'"),
+    ("autoscale provision negative", ["autoscale.provision_s=-1"], "autoscale.provision_s=-1"),
+    (
+        "autoscale min above max",
+        ["autoscale.policy=kv", "autoscale.min_replicas=9", "autoscale.max_replicas=2"],
+        "autoscale.min_replicas=9",
+    ),
+    ("autoscale schedule missing", ["autoscale.policy=schedule"], "autoscale.schedule=None"),
+    (
+        "autoscale schedule late start",
+        ["autoscale.policy=schedule", "autoscale.schedule=[{at_s: 5, replicas: 1}]"],
+        "autoscale.schedule[0].at_s=5.0",
+    ),
+    (
+        "autoscale unknown engine",
+        ["autoscale.policy=schedule", "autoscale.schedule=[{at_s: 0, replicas: 1, engine: x}]"],
+        "autoscale.schedule[0].engine='x'",
+    ),
+    (
+        "autoscale engine changes the model",
+        [
+            "autoscale.policy=schedule",
+            "autoscale.schedule=[{at_s: 0, replicas: 1, engine: x}]",
+            "+autoscale.engines={x: {model: llama2_7b}}",
+        ],
+        "autoscale.engines.x.model='llama2_7b'",
+    ),
+    (
+        "autoscale fleet outside its bounds",
+        ["autoscale.policy=concurrency", "autoscale.max_replicas=2", "fleet.replicas=3"],
+        "fleet.replicas=3",
+    ),
     ("max_num_seqs text", ["scheduler.max_num_seqs=abc"], "scheduler.max_num_seqs='abc'"),
     (
         "constant seconds text",
@@ -78,6 +113,47 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         [*POISSON, "workload.prompt_tokens={dist:uniform,low:10,high:5}"],
         "workload.prompt_tokens",
     ),
+    # a day's traffic (sim.workload.day)
+    (
+        "profile with profile_trace",
+        ["workload=daily", f"workload.profile_trace={AZURE_CONV}"],
+        f"workload.profile_trace='{AZURE_CONV}': cannot be set together with workload.profile",
+    ),
+    (
+        "lengths_trace with pattern",
+        ["workload=azure_day", "workload.pattern=long_in_long_out"],
+        f"workload.lengths_trace='{AZURE_CONV}': cannot be set together with workload.pattern",
+    ),
+    (
+        "lengths_trace with periods",
+        ["workload=azure_day", f"workload.periods=[{PERIOD.format(0, 7)}]"],
+        f"workload.lengths_trace='{AZURE_CONV}': cannot be set together with workload.periods",
+    ),
+    (
+        "period ends before it starts",
+        ["workload=daily", f"workload.periods=[{PERIOD.format(8, 7)}]"],
+        "workload.periods.0.end_hour=7: must be above start_hour (8)",
+    ),
+    (
+        "period past midnight",
+        ["workload=daily", f"workload.periods=[{PERIOD.format(22, 30)}]"],
+        "workload.periods.0.end_hour=30: must be <= 24",
+    ),
+    (
+        "periods overlap",
+        ["workload=daily", f"workload.periods=[{PERIOD.format(0, 8)},{PERIOD.format(7, 9)}]"],
+        "workload.periods=",
+    ),
+    (
+        "profile_trace missing",
+        ["workload=daily", "workload.profile=null", "workload.profile_trace=none.parquet"],
+        "workload.profile_trace='none.parquet': file not found",
+    ),
+    (
+        "lengths_trace missing",
+        ["workload=daily", "workload.duration_s=60", "workload.lengths_trace=none.parquet"],
+        "workload.lengths_trace='none.parquet': file not found",
+    ),
     # unknown names and keys, with + too
     ("unknown model", ["model=nonexistent"], "model='nonexistent'"),
     ("unknown hardware", ["hardware=nonexistent"], "hardware='nonexistent'"),
@@ -90,7 +166,11 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
     ("plus kv key", ["+kv.bogus=1"], "kv.bogus=1"),
     ("plus scheduler key", ["+scheduler.bogus=1"], "scheduler.bogus=1"),
     ("hardware key", ["hardware.bogus=1"], "hardware.bogus='1': unknown key in hardware=h100"),
-    ("top-level key", ["bogus=1"], "bogus='1': unknown key in config.yaml; known: cost,"),
+    (
+        "top-level key",
+        ["bogus=1"],
+        "bogus='1': unknown key in config.yaml; known: autoscale, cost,",
+    ),
     # Hydra's grammar
     ("unclosed brace", ["workload.qps={"], "workload.qps='{'"),
     ("unclosed bracket", ["fleet.replicas=[1,2"], "fleet.replicas='[1,2'"),
@@ -281,8 +361,14 @@ def test_the_table_is_as_large_as_promised():
 
 @pytest.mark.parametrize(
     "overrides",
-    [["kv.watermark=abc"], ["workload.qps={"], ["+fleet.bogus=1"], ["step_time.c0=abc"]],
-    ids=["type", "grammar", "plus key", "other group's key"],
+    [
+        ["kv.watermark=abc"],
+        ["workload.qps={"],
+        ["+fleet.bogus=1"],
+        ["step_time.c0=abc"],
+        ["workload.periods=[{start_hour:9,end_hour:3,output_tokens:9}]", "workload=daily"],
+    ],
+    ids=["type", "grammar", "plus key", "other group's key", "a day's period"],
 )
 def test_bad_input_as_a_real_command(overrides, tmp_path):
     out = tmp_path / "run"

@@ -3,6 +3,8 @@
 - ``compose``: the resolved config outside a Hydra run, group options, overrides checked first;
 - ``schema``: every key of every group, its type and bounds (``RunConfig``), checked before a
   run is built;
+- ``autoscale``: the ``autoscale`` group's shape (a fleet whose size changes) and the checks
+  across its fields;
 - ``validation``: the layer the schema is built from (pydantic, strict), and its errors said in
   one line naming the field and the value;
 - ``build``: a ``_target_`` node to its object, options checked against the class's signature;

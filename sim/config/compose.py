@@ -173,3 +173,51 @@ def _check_grammar(overrides: list[str]) -> None:
                 value,
                 f"cannot be read as an override ({reason}); quote values with spaces or braces",
             ) from None
+
+
+# what an engine configuration of ``autoscale.engines`` may change (sim.config.autoscale): how
+# a replica runs, not what the fleet serves or how the run goes
+ENGINE_GROUPS = ("hardware", "precision", "memory", "kv", "scheduler", "step_time", "fleet")
+ENGINE_GROUP_OPTIONS = ("hardware", "scheduler", "step_time")  # a name here loads the option
+RUN_WIDE_KEYS = ("kv.prefix_caching", "kv.cpu_offload_gib")  # no engine may change these
+
+
+def with_settings(cfg: dict[str, Any], settings: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """A copy of the composed ``cfg`` with ``settings`` (``{"hardware": "h200",
+    "precision.weights": "fp8", ...}``) applied: a group of ``ENGINE_GROUP_OPTIONS`` set to a
+    name takes that option whole, a dotted key sets one value of a key the group has. Errors
+    name ``field.KEY``."""
+    import copy
+
+    out = copy.deepcopy(cfg)
+    for key, value in settings.items():
+        where = f"{field}.{key}"
+        group, _, rest = str(key).partition(".")
+        if key in RUN_WIDE_KEYS:
+            raise ConfigError(
+                where,
+                value,
+                "is the same for the whole run (the workload's prefix groups and the host tier "
+                "are built once): set it outside autoscale.engines",
+            )
+        if group not in ENGINE_GROUPS or key == "fleet.replicas":
+            raise ConfigError(
+                where,
+                value,
+                "an engine configuration sets only "
+                + ", ".join(f"{g}.*" for g in ENGINE_GROUPS)
+                + " (not fleet.replicas: the schedule gives the counts)",
+            )
+        if not rest:
+            if group not in ENGINE_GROUP_OPTIONS:
+                raise ConfigError(where, value, f"set the keys of {group}, as {group}.KEY")
+            out[group] = load_option(group, value, where)
+            continue
+        node = out.get(group)
+        *parents, leaf = rest.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            raise ConfigError(where, value, f"{group} has no key {rest!r}")
+        node[leaf] = value
+    return out

@@ -37,7 +37,22 @@ def canonical_target(target: str) -> str:
 
 
 # Groups added since, with the settings that reproduce what runs did before them.
-ADDED_GROUPS = {"output": {"steps": "full", "step_bucket_s": 60.0}}
+ADDED_GROUPS: dict[str, dict[str, Any]] = {
+    "output": {"steps": "full", "step_bucket_s": 60.0},
+    # configs/autoscale/default.yaml: off, a fixed fleet as every run before it
+    "autoscale": {
+        "policy": "none",
+        "target": None,
+        "tolerance": 0.1,
+        "interval_s": 15,
+        "scale_down_window_s": 300,
+        "provision_s": 240,
+        "min_replicas": 1,
+        "max_replicas": 64,
+        "schedule": None,
+        "engines": {},
+    },
+}
 # Keys added to a group since, likewise (a trace workload's keys only where kind is trace).
 ADDED_KEYS: dict[tuple[str, str], Any] = {
     ("kv", "prefix_caching"): False,
@@ -49,6 +64,8 @@ OPTION_KEYS: dict[tuple[str, str], tuple[str, str]] = {
     ("hardware", "host_link_gbps"): ("kv", "cpu_offload_gib"),
 }
 ADDED_TRACE_KEYS: dict[str, Any] = {"hash_block_tokens": None}
+# a daily workload's keys added since (sim.workload.day), as runs before them had them
+ADDED_DAILY_KEYS: dict[str, Any] = {"profile_trace": None, "periods": None, "lengths_trace": None}
 
 
 def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -67,8 +84,9 @@ def canonical_run_config(config: dict[str, Any]) -> dict[str, Any]:
         ):
             current[group].pop(key, None)
     workload = current.get("workload")
-    if isinstance(workload, dict) and workload.get("kind") == "trace":
-        for key, value in ADDED_TRACE_KEYS.items():
+    if isinstance(workload, dict) and workload.get("kind") in ("trace", "daily"):
+        added = ADDED_TRACE_KEYS if workload["kind"] == "trace" else ADDED_DAILY_KEYS
+        for key, value in added.items():
             workload.setdefault(key, value)
     return current
 

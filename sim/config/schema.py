@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from sim.config.autoscale import AutoscaleConfig
 from sim.config.validation import (
     INT32_MAX,
     MAX_REPLICAS,
@@ -329,6 +330,36 @@ class GammaWorkload(SyntheticWorkload):
 
 
 class DailyWorkload(SyntheticWorkload):
+    """A day's traffic (``sim.workload.day``): the rate follows 24 hourly multipliers
+    (``profile``, or the arrivals of ``profile_trace``), the lengths may change with the hour
+    (``periods``, or the rows of ``lengths_trace`` at each hour)."""
+
+    class Period(StrictModel):
+        """Lengths for the hours ``[start_hour, end_hour)`` of the day; a field left out is
+        the workload's own (``prompt_tokens``, ``output_tokens`` or ``pattern``)."""
+
+        start_hour: Annotated[float, Field(ge=0, lt=24)]
+        end_hour: Annotated[float, Field(gt=0, le=24)]
+        prompt_tokens: LengthSpec | None = None
+        output_tokens: LengthSpec | None = None
+
+        @field_validator("end_hour")
+        @classmethod
+        def _after_start(cls, end: float, info: ValidationInfo) -> float:
+            start = info.data.get("start_hour")
+            if start is not None and end <= start:
+                raise ValueError(
+                    f"must be above start_hour ({start:g}); a period past midnight is two "
+                    "(22-24 and 0-6)"
+                )
+            return end
+
+        @model_validator(mode="after")
+        def _some_length(self) -> DailyWorkload.Period:
+            if self.prompt_tokens is None and self.output_tokens is None:
+                raise ValueError("give prompt_tokens or output_tokens (or both)")
+            return self
+
     kind: Literal["daily"]
     qps: Positive
     duration_s: Positive
@@ -336,6 +367,13 @@ class DailyWorkload(SyntheticWorkload):
     time_compression: Positive = 1.0
     start_hour: NonNegative = 0.0
     num_requests: Count | None = None
+    # the profile from a trace's arrivals (refused with profile: one source of the rate)
+    profile_trace: Text | None = None
+    # lengths for some hours of the day; the hours no period covers keep the workload's own
+    periods: list[Period] | None = None
+    # each request's (prompt, output) from a trace's rows of its hour (refused with pattern
+    # and with periods: the trace gives every hour's lengths)
+    lengths_trace: Text | None = None
 
     @field_validator("profile")
     @classmethod
@@ -343,6 +381,41 @@ class DailyWorkload(SyntheticWorkload):
         if profile is not None and max(profile) <= 0:
             raise ValueError("must be 24 hourly multipliers >= 0, not all 0")
         return profile
+
+    @field_validator("profile_trace")
+    @classmethod
+    def _one_profile(cls, path: str | None, info: ValidationInfo) -> str | None:
+        if path is not None and info.data.get("profile") is not None:
+            raise ValueError(
+                "cannot be set together with workload.profile: the rate follows one of them "
+                "(set workload.profile=null)"
+            )
+        return path
+
+    @field_validator("periods")
+    @classmethod
+    def _apart(cls, periods: list[Period] | None) -> list[Period] | None:
+        ordered = sorted(enumerate(periods or []), key=lambda p: p[1].start_hour)
+        for (i, a), (j, b) in zip(ordered, ordered[1:], strict=False):
+            if b.start_hour < a.end_hour:
+                raise ValueError(
+                    f"periods.{j} ({b.start_hour:g}-{b.end_hour:g} h) overlaps periods.{i} "
+                    f"({a.start_hour:g}-{a.end_hour:g} h); each hour has one period's lengths"
+                )
+        return periods
+
+    @field_validator("lengths_trace")
+    @classmethod
+    def _one_length_source(cls, path: str | None, info: ValidationInfo) -> str | None:
+        if path is None:
+            return path
+        for other in ("pattern", "periods"):
+            if info.data.get(other) is not None:
+                raise ValueError(
+                    f"cannot be set together with workload.{other}: the trace's rows give "
+                    f"every hour's lengths (set workload.{other}=null)"
+                )
+        return path
 
 
 class ClosedLoopWorkload(SyntheticWorkload):
@@ -547,6 +620,7 @@ class RunConfig(DeploymentConfig):
     placement: PlacementConfig = SinglePlacement(mode="single")
     cost: CostConfig = CostConfig()
     output: OutputConfig = OutputConfig()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
     seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
     output_dir: str | None = None
 

@@ -5,10 +5,13 @@
 - ``frontend``: a replica's host queue that streams tokens and takes in requests;
 - ``router``: which replica a new request goes to (add one: a class + a YAML file);
 - ``cluster``: the replicas behind the router, fed by the workload;
+- ``autoscaler``: replicas asked for, provisioned, drained and released as the run goes (a
+  metric policy or a schedule);
 - ``admission``: the requests no replica can ever serve, found before the run.
 
 May import: ``sim.engine``, ``sim.workload``, ``sim.output.metrics`` (the step rows a replica
 appends), ``sim.output.request_log`` and ``sim.output.step_log`` (where rows go as the run
-goes), ``sim.errors``. Not the rest of ``sim.output``: summaries are built after the run, from
-what the fleet recorded.
+goes), ``sim.output.scaling`` (the fleet's changes), ``sim.config.autoscale`` (the
+autoscaler's settings), ``sim.errors``. Not the rest of ``sim.output``: summaries are built
+after the run, from what the fleet recorded.
 """

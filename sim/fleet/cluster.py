@@ -61,19 +61,19 @@ class Cluster:
         self.request_log = request_log
         self.step_log = step_log
         self.num_issued = 0
+        self.num_ended = 0
         self._progress = on_request_done
+        self._replica_options: dict[str, Any] = {
+            "fast_forward_decode": fast_forward_decode,
+            "horizon_s": horizon_s,
+            "frontend_token_s": frontend_token_s,
+        }
         self.replicas = [
-            Replica(
-                self.env,
-                i,
-                engines,
-                self._request_done,
-                fast_forward_decode=fast_forward_decode,
-                horizon_s=horizon_s,
-                frontend_token_s=frontend_token_s,
-            )
+            Replica(self.env, i, engines, self._request_done, **self._replica_options)
             for i, engines in enumerate(replica_engines)
         ]
+        # replicas draining (sim.fleet.autoscaler): each one's callback for when it is empty
+        self._draining: dict[int, Callable[[Replica], None]] = {}
         # the replicas that serve each model, in replica order, for the router to choose from
         self._hosts: dict[int, list[Replica]] = {}
         for replica in self.replicas:
@@ -142,6 +142,38 @@ class Cluster:
             else:
                 self.env.process(self._client(workload.arrival_time_s))
 
+    # -- a fleet that changes (sim.fleet.autoscaler) --------------------------------------
+
+    @property
+    def serving(self) -> list[Replica]:
+        """The replicas the router sends requests to (a fleet of one model)."""
+        return self._hosts[0]
+
+    def add_replica(self, engines: list[Engine]) -> Replica:
+        """A new replica, serving from now on."""
+        replica = Replica(
+            self.env, len(self.replicas), engines, self._request_done, **self._replica_options
+        )
+        self.replicas.append(replica)
+        for engine in engines:
+            self._hosts.setdefault(engine.model_id, []).append(replica)
+        replica.start()
+        return replica
+
+    def drain(self, replica: Replica, on_released: Callable[[Replica], None]) -> None:
+        """Send ``replica`` nothing more; ``on_released(replica)`` once its last request has
+        ended (now, if it holds none)."""
+        for engine in replica.engines:
+            self._hosts[engine.model_id].remove(replica)
+        if replica.num_outstanding:
+            self._draining[replica.replica_id] = on_released
+        else:
+            on_released(replica)
+
+    def finished(self) -> bool:
+        """Every request of the workload has ended."""
+        return self.num_ended >= self.workload.num_requests
+
     def run(self) -> None:
         """Simulate until every request has ended, or until the horizon."""
         horizon_s = self.horizon_s
@@ -157,7 +189,10 @@ class Cluster:
 
     def _flush_steps(self, replica: Replica) -> None:
         self.step_log.flush(
-            replica.replica_id, [(engine.model_id, engine.steps) for engine in replica.engines]
+            replica.replica_id,
+            [(engine.model_id, engine.steps) for engine in replica.engines],
+            # its own pools: an autoscaled fleet's replicas may run other engine configurations
+            [e.scheduler.kv.num_blocks for e in replica.engines],
         )
 
     def _issue(
@@ -279,6 +314,10 @@ class Cluster:
     def _request_done(self, request: Request, caller_priority: int) -> None:
         """``request`` ended (its client heard) during an event of ``caller_priority``."""
         self.request_log.ended()
+        self.num_ended += 1
+        if self._draining and request.replica_id in self._draining:
+            if not self.replicas[request.replica_id].num_outstanding:
+                self._draining.pop(request.replica_id)(self.replicas[request.replica_id])
         if request.replica_id is not None:
             engines = self.replicas[request.replica_id].engines
             held = (

@@ -91,17 +91,41 @@ class Replica:
         # at a scheduler, or with tokens still to stream
         self.num_outstanding = 0
         self.committed_tokens = 0
+        self.num_routed = 0  # requests the router has sent here so far
         self._wakeup: simpy.Event | None = None
         # the decode stretch being waited on: its steps' end times (None when there is none,
         # or it was cut already) and how many of its steps will run
         self._stretch_end_times: Any = None
         self._stretch_steps = 0
         self.process: simpy.Process | None = None
+        # busy time (steps back to back while there is work), for an autoscaler's utilisation:
+        # the busy periods that ended, and the start of the one under way
+        self._busy_before_s = 0.0
+        self._busy_since_s: float | None = None
+        # requests in flight integrated over time, up to the last change (its time)
+        self._load_s = 0.0
+        self._load_since_s = env.now
 
     def start(self) -> None:
         """Start the replica's process (the cluster does, once every replica exists)."""
         assert self.process is None, f"replica {self.replica_id} started twice"
         self.process = self.env.process(self._run())
+
+    def _count_load(self) -> None:
+        """Add the requests in flight since the last change to their time integral."""
+        now = self.env.now
+        self._load_s += self.num_outstanding * (now - self._load_since_s)
+        self._load_since_s = now
+
+    def load_s(self) -> float:
+        """Requests in flight integrated over time so far (request-seconds): over an interval,
+        its change divided by the interval is the mean concurrency."""
+        return self._load_s + self.num_outstanding * (self.env.now - self._load_since_s)
+
+    def busy_time_s(self) -> float:
+        """Seconds this replica has had work so far (up to now)."""
+        since = self._busy_since_s
+        return self._busy_before_s + (0.0 if since is None else self.env.now - since)
 
     # -- requests in -----------------------------------------------------------------------
 
@@ -119,6 +143,8 @@ class Replica:
         already been processed, which a decode stretch needs to know when interrupted.
         """
         request.replica_id = self.replica_id
+        self.num_routed += 1
+        self._count_load()
         self.num_outstanding += 1
         self.committed_tokens += request.prompt_tokens + request.output_tokens
         overhead = self._by_model[request.model_id].step_time.request_overhead_s
@@ -188,6 +214,7 @@ class Replica:
         wait_instead(self.process, float(end_times[num_steps - 1]), self.priority)
 
     def _forget(self, request: Request) -> None:
+        self._count_load()
         self.num_outstanding -= 1
         self.committed_tokens -= request.prompt_tokens + request.output_tokens
 
@@ -236,8 +263,12 @@ class Replica:
             else:
                 engine = self._next_engine(turn)
             if engine is None:
+                if self._busy_since_s is not None:
+                    self._busy_before_s += env.now - self._busy_since_s
+                    self._busy_since_s = None
                 self._wakeup = env.event()
                 yield self._wakeup
+                self._busy_since_s = env.now
                 continue
             if single is None:
                 turn = self.engines.index(engine) + 1

@@ -23,6 +23,7 @@ from sim.errors import require
 
 
 class RoutedReplica(Protocol):
+    replica_id: int
     num_outstanding: int
     committed_tokens: int
 
@@ -97,20 +98,25 @@ class SessionRouter:
     session's last turn, so memory follows the sessions in progress."""
 
     def __init__(self, **_: Any) -> None:
-        self._pinned: dict[tuple[int, int], int] = {}  # (model, session) -> index
+        # (model, session) -> replica id: an id, not a position, since an autoscaled fleet's
+        # candidates change (a drained replica's sessions move, as a load balancer's would)
+        self._pinned: dict[tuple[int, int], int] = {}
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
         session = request.session_id
         if session is None:
             return _least_loaded(replicas, "num_outstanding")
         key = (request.model_id, session)
-        index = self._pinned.get(key)
+        pinned = self._pinned.get(key)
+        index = None
+        if pinned is not None:
+            index = next((i for i, r in enumerate(replicas) if r.replica_id == pinned), None)
         if index is None:
             index = _least_loaded(replicas, "num_outstanding")
         if request.last_turn:
             self._pinned.pop(key, None)
         else:
-            self._pinned[key] = index
+            self._pinned[key] = replicas[index].replica_id
         return index
 
 

@@ -10,10 +10,12 @@
 - ``stability``: the verdict on whether the fleet kept up (``stable``, ``near_saturation``,
   ``unstable``) and its evidence, from the request times;
 - ``cost``: what the fleet costs, and the unit costs derived from the run's rates;
+- ``scaling``: an autoscaled fleet's changes (``scaling.parquet``) and their integrals, the
+  bill as GPUs x time;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.
 
 May import: ``sim.engine`` (a request's fields), ``sim.catalog`` (the GPU's price),
-``sim.config``, ``sim.errors``, ``sim.arrow_numpy``. Never ``sim.fleet``; reports (to come) read
-what this package writes, never the other way round.
+``sim.config``, ``sim.errors``, ``sim.arrow_numpy``. Never ``sim.fleet``; reports
+(``sim.report``) read what this package writes, never the other way round.
 """

@@ -31,7 +31,8 @@ cloud prices already include power; it matters when the GPU price is an owned, a
 
 Left out: per-second vs per-hour billing granularity, minimum reservation sizes, host CPU,
 memory, storage and network egress, the power of the rest of the server (only the GPUs' TDP is
-counted), spot preemptions, and scaling the fleet down when traffic is low.
+counted), and spot preemptions. A fleet that scales (``autoscale``) is billed for the GPUs it
+held, moment by moment.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _per(numerator: float, denominator: float | None) -> float | None:
 
 
 def energy_cost(
-    energy: EnergyConfig, gpu: GPU, *, num_gpus: int, gpu_busy_fraction: float | None
+    energy: EnergyConfig, gpu: GPU, *, num_gpus: float, gpu_busy_fraction: float | None
 ) -> dict:
     """Average power per GPU, the fleet's kWh per hour with PUE, and its $/hour."""
     # A run with no span has no busy time: its GPUs sit idle.
@@ -95,15 +96,24 @@ def fleet_cost(
     input_tokens: float,
     output_tokens: float,
     gpu_busy_fraction: float | None,
+    billed: tuple[float, float] | None = None,
 ) -> dict:
     """The summary's ``cost`` block for ``num_gpus`` GPUs over ``duration_s`` seconds.
 
     Token and request counts are of completed requests; ``good_requests`` those that met every
     SLO. Rates are counts / ``duration_s``; a figure whose denominator is zero (no span, no
     tokens, no good requests) is None.
+
+    ``billed``: a fleet whose size changed (``sim.output.scaling``), its GPUs and $/hour
+    averaged over the span; ``usd_per_hour`` is then the span's bill over its hours (mixed GPU
+    types each at their price), ``usd_per_gpu_hour`` that over the mean GPUs.
     """
     usd_per_gpu_hour, tier, source = gpu_price(cost, gpu)
     usd_per_hour = num_gpus * usd_per_gpu_hour
+    mean_gpus: float = num_gpus
+    if billed is not None:
+        mean_gpus, usd_per_hour = billed
+        usd_per_gpu_hour = usd_per_hour / mean_gpus if mean_gpus else usd_per_gpu_hour
 
     def per_s(count: float) -> float | None:
         return count / duration_s if duration_s > 0 else None
@@ -112,7 +122,7 @@ def fleet_cost(
     out_per_s, in_per_s = per_s(output_tokens), per_s(input_tokens)
     good_per_s, requests_per_s = per_s(good_requests), per_s(completed_requests)
     energy = (
-        energy_cost(cost.energy, gpu, num_gpus=num_gpus, gpu_busy_fraction=gpu_busy_fraction)
+        energy_cost(cost.energy, gpu, num_gpus=mean_gpus, gpu_busy_fraction=gpu_busy_fraction)
         if cost.energy is not None and cost.energy.enabled
         else None
     )
@@ -120,7 +130,7 @@ def fleet_cost(
     if cost.requests_per_day is not None and requests_per_s:
         # how many copies of this fleet the daily traffic keeps busy, times its GPU-hours a day
         gpu_hours_per_day = (
-            num_gpus * _HOURS_PER_DAY * cost.requests_per_day / (_SECONDS_PER_DAY * requests_per_s)
+            mean_gpus * _HOURS_PER_DAY * cost.requests_per_day / (_SECONDS_PER_DAY * requests_per_s)
         )
     return {
         "usd_per_gpu_hour": usd_per_gpu_hour,

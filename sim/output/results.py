@@ -32,11 +32,13 @@ import pyarrow as pa
 
 from sim.arrow_numpy import numpy_to_arrow, strings_to_arrow
 from sim.catalog.hardware import GPU
+from sim.config.autoscale import AutoscaleConfig
 from sim.config.schema import CostConfig, SloConfig
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import COUNTERS, PrefixCachingKVCache
 from sim.engine.request import COMPLETED, REJECTED, UNFINISHED, Request
 from sim.output.cost import fleet_cost
+from sim.output.scaling import ScalingLog
 from sim.output.stability import stability
 from sim.output.step_log import StepTotals
 
@@ -198,6 +200,7 @@ def summarize(
     cost: CostConfig | None = None,
     warmup_requests: int = 0,
     paced_by_client: bool = False,
+    scaling: tuple[ScalingLog, AutoscaleConfig] | None = None,
 ) -> dict[str, Any]:
     """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
     gives one of its columns as numpy; each is read once and let go, so a long run's table need
@@ -209,6 +212,9 @@ def summarize(
     ``cost`` prices the fleet (sim/cost.py); None: the defaults, i.e. the GPU catalog's price.
     ``paced_by_client``: the workload's client waits for the fleet (a closed loop or a cap), as
     the stability verdict must know (``sim.output.stability``).
+    ``scaling``: an autoscaled fleet's log (``sim.output.scaling``): the fleet is billed for
+    the GPUs it held over the span, ``num_gpus`` and ``num_replicas`` are its peak, and the busy
+    fraction is of the replica-seconds that could run steps.
     """
     status = column("status")
     completed = status == COMPLETED
@@ -256,6 +262,17 @@ def summarize(
         del values
     busy = steps.busy_s
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
+    billed = None  # an autoscaled fleet's mean GPUs and $/hour over the span
+    autoscale = None
+    if scaling is not None:
+        log, config = scaling
+        scaled = log.totals(first_arrival, first_arrival + span_s)
+        num_gpus, num_replicas = scaled.gpus_max, scaled.replicas_max
+        if span_s > 0:
+            busy_fraction = busy / scaled.replica_seconds if scaled.replica_seconds else None
+            hours = span_s / 3600.0
+            billed = (scaled.gpu_hours / hours, scaled.usd_total / hours)
+        autoscale = scaled.summary(config.policy, config.provision_s)
     out: dict[str, Any] = {
         **{name: latency[name] for name in ("ttft_s", "tpot_s", "itl_s", "e2e_s")},
         "queueing_delay_s": latency["queueing_delay_s"],
@@ -295,6 +312,7 @@ def summarize(
             input_tokens=in_tokens,
             output_tokens=out_tokens,
             gpu_busy_fraction=busy_fraction,
+            billed=billed,
         ),
         "rejected_by_reason": rejected_by_reason,
         "stability": stability(
@@ -303,4 +321,6 @@ def summarize(
     }
     if len(kv_capacity_tokens) > 1:
         out["kv_capacity_tokens_per_model"] = list(kv_capacity_tokens)
+    if autoscale is not None:
+        out["autoscale"] = autoscale
     return out

@@ -28,6 +28,7 @@ CONFIG_FILE = "config.yaml"
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
+SCALING_FILE = "scaling.parquet"  # an autoscaled fleet's changes (sim.output.scaling)
 ERROR_FILE = "error.txt"
 
 
@@ -41,6 +42,7 @@ class RunResult:
     summary: dict
     config: dict
     rejection_texts: dict[str, str] = field(default_factory=dict)
+    scaling: pa.Table | None = None  # an autoscaled fleet's changes (sim.output.scaling)
 
 
 def _temporary(folder: Path, name: str) -> Path:
@@ -113,6 +115,9 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     _atomic_write(out / CONFIG_FILE, lambda p: Path(p).write_text(config_text(result.config)))
     _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
+    scaling = result.scaling
+    if scaling is not None:
+        _atomic_write(out / SCALING_FILE, lambda p: pq.write_table(scaling, p))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out
 

@@ -152,13 +152,25 @@ class StepLog:
         self._spill = Spill(self.schema, spill_path, SPILL_BYTES)
         self._open: dict[int, dict[int, _OpenBucket]] = {}  # replica -> model -> bucket
 
-    def flush(self, replica_id: int, recorders: Sequence[tuple[int, StepRecorder]]) -> None:
-        """Take every row ``recorders`` (one replica's, one per model) hold."""
+    def flush(
+        self,
+        replica_id: int,
+        recorders: Sequence[tuple[int, StepRecorder]],
+        kv_num_blocks: Sequence[int] | None = None,
+    ) -> None:
+        """Take every row ``recorders`` (one replica's, one per model) hold. ``kv_num_blocks``:
+        this replica's pools, in blocks, one per recorder (an autoscaled fleet's
+        replicas may run other engine configurations than the run's own)."""
         taken = [(model_id, steps.take()) for model_id, steps in recorders if len(steps)]
         if not taken:
             return
         columns = _merge(taken)
-        kv_share = columns["kv_blocks_used"] / self._kv_blocks[columns["model_id"]]
+        pools = self._kv_blocks
+        if kv_num_blocks is not None:
+            pools = pools.copy()
+            for (model_id, _), blocks in zip(recorders, kv_num_blocks, strict=True):
+                pools[model_id] = blocks
+        kv_share = columns["kv_blocks_used"] / pools[columns["model_id"]]
         self.totals.add(replica_id, columns, kv_share)
         if self.mode == "full":
             columns["replica_id"] = np.full(len(kv_share), replica_id, np.int32)

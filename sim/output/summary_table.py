@@ -43,8 +43,16 @@ def format_summary(
     per_replica = f"{fleet['tp']}"
     if (fleet.get("pp") or 1) > 1:  # TP x PP, as deployments are named
         per_replica = f"({fleet['tp']} TP x {fleet['pp']} PP)"
+    replicas = f"{fleet['replicas']} replica(s)"
+    scaled = summary.get("autoscale")
+    if scaled is not None:  # the fleet changed: its range, and the peak's GPUs
+        replicas = (
+            f"{scaled['replicas_min']}-{scaled['replicas_max']} autoscaled replica(s) "
+            f"(mean {scaled['replicas_mean']:.2f})"
+        )
+        gpus = f"peak {gpus}"
     lines = [
-        f"Fleetcast: {model} on {fleet['replicas']} replica(s) x {per_replica} {gpu} "
+        f"Fleetcast: {model} on {replicas} x {per_replica} {gpu} "
         f"({gpus}), weights {prec['weights']}, KV {prec['kv']}, "
         f"scheduler {sched}, router {router}, step time {step_time}"
         + _placement(cfg.get("placement") or {}),
@@ -104,6 +112,22 @@ def format_summary(
         f"cost:       ${cost['usd_per_hour']:,.2f}/hour, "
         f"${_num(cost['usd_per_million_output_tokens'])} per million output tokens",
     ]
+    if scaled is not None:
+        engines = scaled.get("engines") or {}
+        if set(engines) - {"base"}:  # seasonal engines: say what each one was
+            lines.append(
+                "engines:    "
+                + "; ".join(
+                    f"{name}: {e['gpus_per_replica']} x {e['gpu']}, weights {e['weights']}, "
+                    f"KV {e['kv']}, {e['kv_capacity_tokens']:,} KV tokens"
+                    for name, e in engines.items()
+                )
+            )
+        lines.append(
+            f"autoscale:  {scaled['policy']}, {scaled['gpu_hours']:,.2f} GPU-hours, "
+            f"${scaled['usd_total']:,.2f} in all, {scaled['scale_ups']} replica(s) added, "
+            f"{scaled['scale_downs']} removed ({scaled['provision_s']:g} s to provision)"
+        )
     if output_dir:
         lines.append(f"files:      {output_dir}")
     return "\n".join(lines)

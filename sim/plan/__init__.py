@@ -12,9 +12,13 @@ uncertainty of each figure.
 - ``answer``: what a plan found per candidate, as ``plan.json``, ``plan.parquet`` rows and the
   ranked table;
 - ``planner``: the command: the plan's settings, candidates from a grid or a list, the
-  searches with their what-ifs and headroom, the plan folder and the progress.
+  searches with their what-ifs and headroom, the plan folder and the progress;
+- ``day``: a day of a ``daily`` workload planned by period, and three fleets for the day (the
+  peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``).
 
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``
-(the summary table's number format), and SciPy (t quantiles).
+(the summary table's number format; ``results``: an hour's latency statistics as a summary
+computes them), ``sim.workload.day`` (a day's periods and the workloads
+that stand for them), and SciPy (t quantiles).
 """

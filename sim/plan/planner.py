@@ -55,6 +55,7 @@ import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
+from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_table, engine_settings
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, RefusedRun, Simulations
@@ -86,6 +87,8 @@ class PlanConfig(StrictModel):
     max_headroom: Annotated[float, Field(gt=1)] | None = None
     # the first replication's seed (then seed + 1, ...); null: the config's seed
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
+    day: DayPlanConfig = Field(default_factory=DayPlanConfig)
 
 
 def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
@@ -255,6 +258,7 @@ class Prepared:
     seed: int
     candidates: list[list[str]]
     folder: Path
+    day_workload: dict[str, Any] | None = None  # a day plan's base workload, composed
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -268,6 +272,7 @@ class Prepared:
                 "seed": self.seed,
                 "candidates": self.candidates,
                 "folder": str(self.folder),
+                "day_workload": self.day_workload,
                 "version": sim.__version__,
             },
             indent=1,
@@ -286,6 +291,7 @@ class Prepared:
             given["seed"],
             given["candidates"],
             Path(given["folder"]),
+            given.get("day_workload"),
         )
 
 
@@ -317,19 +323,59 @@ def prepare(overrides: list[str]) -> Prepared:
         refuse_planned(candidate)
         check_overrides([*base, *candidate])
         compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
+    example_base = base
+    if plan.day.periods is not None:
+        example_base = [*base, *_day_checks(plan, cfg, each)]
     # an example summary (one replica of the base deployment) names the statistics
-    example_overrides = Simulations(base, seed, Rounds(list)).overrides([], 1, 0)
+    example_overrides = Simulations(example_base, seed, Rounds(list)).overrides([], 1, 0)
     example = simulate(compose_config(example_overrides)).summary
     constraints = [parse(text, example) for text in plan.slo]
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
-    return Prepared(plan, base, seed, each, folder.absolute())
+    day_workload = cfg["workload"] if plan.day.periods is not None else None
+    return Prepared(plan, base, seed, each, folder.absolute(), day_workload)
+
+
+def _day_checks(plan: PlanConfig, cfg: dict[str, Any], each: list[list[str]]) -> list[str]:
+    """A day plan's own checks (``sim.plan.day``); the overrides of its first period's
+    workload, for the example run (a whole day of one replica would take long)."""
+    from sim.plan.day import day_periods, workload_overrides
+    from sim.workload.day import hourly_rates, period_workload
+
+    require(
+        cfg["workload"].get("kind") == "daily",
+        "plan.day.periods",
+        plan.day.periods,
+        "plans a day of a `daily` workload: workload=daily or workload=azure_day",
+    )
+    for candidate in each:
+        engine_settings(candidate)
+    workload = cfg["workload"]
+    span = workload["duration_s"] * workload["time_compression"]
+    require(
+        abs(span - 86400) <= 1 and workload.get("num_requests") is None,
+        "workload.duration_s",
+        workload["duration_s"],
+        "a day plan simulates one day: duration_s x time_compression must be 86400 s "
+        f"(it is {span:g} s) and num_requests null",
+    )
+    rates = hourly_rates(cfg["workload"])
+    for start, end in day_periods(plan.day, rates):
+        workload = period_workload(cfg["workload"], start, end, plan.day.period_s)
+        if workload is not None:
+            return workload_overrides(cfg["workload"], workload)
+    raise ConfigError("workload.qps", cfg["workload"].get("qps"), "the day has no traffic")
 
 
 def execute(
     prepared: Prepared, launch: Callable[[list[Job]], Sequence[dict[str, Any]]], progress: bool
 ) -> dict[str, Any]:
     """Run a prepared plan, its simulations launched in rounds by ``launch``; write
-    ``plan.parquet`` and ``plan.json`` into its folder and return ``plan.json``'s object."""
+    ``plan.parquet`` and ``plan.json`` into its folder and return ``plan.json``'s object (a
+    day plan: ``day_plan.json``'s, ``sim.plan.day``)."""
+    if prepared.plan.day.periods is not None:
+        from sim.plan.day import plan_day
+
+        return plan_day(prepared, launch, progress)
     plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
     constraints = [parse(text) for text in plan.slo]
     with _Progress(len(each), progress) as bar:
@@ -468,6 +514,10 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
             *hydra_args,
         ]
     )
+    if prepared.plan.day.periods is not None:
+        print(day_table(json.loads((prepared.folder / DAY_PLAN_FILE).read_text())))
+        print(f"plan: {prepared.folder}")
+        return 0
     plan_json = json.loads((prepared.folder / "plan.json").read_text())
     print(ranked_table(plan_json))
     print(f"plan: {prepared.folder}")

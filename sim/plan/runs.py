@@ -53,11 +53,17 @@ class RefusedRun(Exception):
 def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     """Simulate ``cfg`` into ``job_dir`` (the summary read back when the folder already holds
     it): ``{"summary": ...}``, or ``{"error": the one-line reason}`` for a config a run
-    refuses. What a launcher's job runs (in its process, or on a Ray worker)."""
+    refuses. What a launcher's job runs (in its process, or on a Ray worker). A config with
+    an ``output_dir`` is simulated into that folder instead, with all its files (a worker on
+    another machine then needs the folder on a shared disk)."""
     from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE, RunFolder, config_text, to_json
     from sim.run import simulate
     from sim.sweeps.resume import job_status
 
+    run_dir = cfg.get("output_dir")
+    if run_dir is not None:
+        # a whole run folder asked for (a day plan's answers): every file of the run there
+        job_dir = Path(run_dir)
     if job_status(job_dir, cfg) == "complete":
         try:
             return {"summary": json.loads((job_dir / SUMMARY_FILE).read_text())}
@@ -67,6 +73,9 @@ def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     # also records what it derived, such as a model=hf entry's fields)
     text = config_text(cfg)
     try:
+        if run_dir is not None:
+            simulate(cfg, output_dir=job_dir)
+            return {"summary": json.loads((job_dir / SUMMARY_FILE).read_text())}
         result = simulate(cfg)
     except ConfigError as err:
         return {"error": str(err)}

@@ -2,6 +2,8 @@
 
 - ``source``: the ``Workload`` a run replays, built from the ``workload`` config;
 - ``arrivals``: open-loop arrival processes (Poisson, gamma, constant, daily);
+- ``day``: a day's traffic: the rate by hour of day (a profile or a trace's arrivals), the
+  lengths by hour, and the periods a planner sizes;
 - ``lengths``: prompt and output length distributions;
 - ``traces``: replaying recorded traces (Parquet or CSV), windows and rate scaling;
 - ``sessions``: conversations, whose turns resend what was said before;

@@ -6,13 +6,15 @@ times or closed-loop settings (``concurrency`` requests kept in flight, each com
 by ``think_time_s`` before the next request is sent; the simulator core does the pacing).
 
 ``kind`` picks the generator: ``trace`` (replay a file, see ``traces.py``), ``poisson``,
-``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``), ``closed_loop``, ``sessions``
-(conversations whose turns wait for the reply, ``sessions.py``), and ``bench`` (a
-serving benchmark's client: warm-ups first, then sends spaced as ``vllm bench serve`` spaces them,
-under a cap on requests in flight; the cluster paces the cap and the warm-up phase). Synthetic
-lengths come from ``lengths.py``. Randomness uses the named streams ``workload.arrivals``,
-``workload.prompt_tokens``, ``workload.output_tokens`` (and ``workload.spread`` for trace tick
-spreading), so changing a length distribution never moves an arrival and vice versa.
+``gamma``, ``constant`` and ``daily`` (see ``arrivals.py``; a day's profile and its lengths by
+hour, ``day.py``), ``closed_loop``, ``sessions`` (conversations whose turns wait for the reply,
+``sessions.py``), and ``bench`` (a serving benchmark's client: warm-ups first, then sends spaced
+as ``vllm bench serve`` spaces them, under a cap on requests in flight; the cluster paces the cap
+and the warm-up phase). Synthetic lengths come from ``lengths.py``. Randomness uses the named
+streams ``workload.arrivals``, ``workload.prompt_tokens``, ``workload.output_tokens`` (and
+``workload.spread`` for trace tick spreading, ``workload.lengths`` and
+``workload.periods.<i>.*`` for a day's lengths by hour), so changing a length distribution never
+moves an arrival and vice versa.
 
 Request content is a trace's block hashes or a conversation's segments (``prefixes.py``, for a
 prefix cache), or nothing.
@@ -41,7 +43,7 @@ from sim.config.schema import (
 from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.rng import stream
-from sim.workload import arrivals, lengths, sessions, traces
+from sim.workload import arrivals, day, lengths, sessions, traces
 from sim.workload.sessions import Sessions
 
 
@@ -72,6 +74,9 @@ class Workload:
     # conversations (``sim.workload.sessions``): requests are their turns, the first of each
     # session sent at its start, each next one a think time after the last one ended
     sessions: Sessions | None = None
+    # what the user should know of how the workload was made (a trace's shape stretched over
+    # a day, ``sim.workload.day``), one line each
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.prompt_tokens.size
@@ -142,7 +147,11 @@ def _renewal(spec: RenewalWorkload | GammaWorkload, seed: int) -> Workload:
 
 
 def _daily(spec: DailyWorkload, seed: int) -> Workload:
-    process = arrivals.daily_process(spec)
+    """A day's traffic: the rate by hour from the profile, the lengths by hour from the
+    periods or the lengths trace when given (``sim.workload.day``)."""
+    profile = day.day_profile(spec)
+    notes: tuple[str, ...] = () if profile.note is None else (profile.note,)
+    process = arrivals.daily_process(spec, profile.values)
     times = process.times_s(stream(seed, "workload.arrivals"), spec.num_requests)
     if times.size == 0:
         raise ConfigError(
@@ -151,8 +160,16 @@ def _daily(spec: DailyWorkload, seed: int) -> Workload:
             f"no request arrived (expected ~{process.qps * process.duration_s:.2f}); "
             "raise qps or duration_s",
         )
-    prompt, output = _sample_lengths(spec, seed, times.size)
-    return Workload(prompt, output, times)
+    if spec.lengths_trace is not None:
+        prompt, output, note = day.trace_lengths(
+            spec.lengths_trace, process.hour_of_day(times), stream(seed, "workload.lengths")
+        )
+        notes += (note,) if note not in notes else ()
+    elif spec.periods:
+        prompt, output = day.period_lengths(spec, process.day_hour(times), seed)
+    else:
+        prompt, output = _sample_lengths(spec, seed, times.size)
+    return Workload(prompt, output, times, notes=notes)
 
 
 def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:

@@ -33,6 +33,7 @@ class Stub:
     num_outstanding: int = 0
     committed_tokens: int = 0
     cached: int = 0  # prompt tokens its prefix cache holds for the request
+    replica_id: int = 0
 
     def cached_prompt_tokens(self, request: Request) -> int:
         return self.cached
@@ -43,7 +44,7 @@ def request(model_id: int = 0, request_id: int = 0) -> Request:
 
 
 def stubs(n: int) -> list[Stub]:
-    return [Stub() for _ in range(n)]
+    return [Stub(replica_id=i) for i in range(n)]
 
 
 # --- round robin ---------------------------------------------------------------------------
@@ -342,6 +343,25 @@ def test_session_router_pins_a_conversation_to_its_first_replica():
     # another model's session of the same id is another conversation
     assert router.choose(turn_of(8, 1, model_id=1), replicas) == 2
     assert router._pinned == {(0, 7): 2, (0, 8): 2, (1, 8): 2}
+
+
+def test_session_router_moves_a_conversation_whose_replica_left():
+    """An autoscaled fleet drains replicas: the candidates shrink, and a session pinned to one
+    that left goes to the least outstanding of those left (pins are replica ids, not
+    positions, so the others stay where they are)."""
+    router = SessionRouter()
+    replicas = stubs(3)
+    for i, stub in enumerate(replicas):
+        stub.num_outstanding = [2, 0, 1][i]
+    assert router.choose(turn_of(7), replicas) == 1
+    replicas[2].num_outstanding = 0
+    assert router.choose(turn_of(8), replicas) == 1  # ties: the first
+    replicas[1].num_outstanding = 5
+    assert router.choose(turn_of(9), replicas) == 2
+    left = [replicas[0], replicas[2]]  # replica 1 drained
+    assert router.choose(turn_of(9, 1), left) == 1  # replica 2, now at position 1
+    assert router.choose(turn_of(7, 1), left) == 1  # moved: the least outstanding left
+    assert router._pinned[(0, 7)] == 2
 
 
 def test_session_router_routes_requests_of_no_session_as_least_outstanding():

@@ -184,6 +184,7 @@ def test_missing_file_message(tmp_path, monkeypatch):
 OVERRIDES = {
     "trace": {"path": AZURE_CONV, "num_requests": 50},
     "daily": {"duration_s": 600.0, "time_compression": 144.0},
+    "azure_day": {"duration_s": 600.0, "time_compression": 144.0},
 }
 
 

@@ -1,0 +1,498 @@
+"""``fleetcast plan ... plan.day.periods=N``: a day of traffic planned three ways, each verified
+by simulating the whole day.
+
+The base workload is a ``daily`` one (``workload=daily`` or ``workload=azure_day``: its
+hourly rate and lengths, ``sim.workload.day``). The day is split into periods (``N`` found
+from the rate curve by ``split_day``, or given as ``[[start_hour, end_hour], ...]``), and each
+period is planned as an ordinary plan (every candidate of ``plan.grid``, the smallest count
+meeting ``plan.slo`` with replications) on the stationary workload that stands for the period
+at its peak hour (``period_workload``, ``plan.day.period_s`` long). The cheapest answer of each
+period, and three fleets for the day:
+
+- ``peak``: the answer of the period whose answer costs most (the demand's peak), all day;
+- ``seasonal``: each period's answer in its period (``autoscale.policy=schedule``): each
+  period's fleet asked for ``autoscale.provision_s`` before the period starts and billed from
+  then, a switch of engine configuration running both fleets until the new one is ready. Its
+  verified cost is compared with the peak fleet's: when switching costs more than it saves,
+  the seasonal answer is the peak fleet (said in ``day_plan.json``), so it never costs more;
+- ``autoscaled``: the peak period's candidate under a metric autoscaler
+  (``plan.day.autoscale``, its ``autoscale.*`` settings; by default HPA's rule on the request
+  rate per replica, its target the highest rate per replica a period's answer was verified to
+  carry). Scale ``autoscale.interval_s`` and ``scale_down_window_s`` with the workload's
+  ``time_compression``: they are simulated seconds.
+
+Each is simulated over the whole day into ``answers/NAME/`` (a run folder with
+``scaling.parquet``), as a job of the plan's launcher, and reported in ``day_plan.json`` with
+its cost per day, GPU-hours and SLO attainment per hour of day with a Wilson interval.
+Periods' plans are plan folders of their own in ``periods/START-END/``; their simulations
+share ``runs/``, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+import numpy as np
+import yaml
+from pydantic import Field
+
+from sim.config.compose import ENGINE_GROUPS
+from sim.config.validation import Positive, StrictModel, validate
+from sim.errors import ConfigError, require
+from sim.plan.runs import Job
+
+if TYPE_CHECKING:
+    from sim.plan.planner import Prepared
+
+DAY_PLAN_FILE = "day_plan.json"
+ANSWERS = ("peak", "seasonal", "autoscaled")
+HOURS = 24
+Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
+
+
+class DayPlanConfig(StrictModel):
+    section: ClassVar[str] = "plan.day"
+
+    # null: no day plan; N: N periods found from the rate curve; or [[start, end], ...]
+    periods: Annotated[int, Field(ge=1, le=HOURS)] | list[list[int]] | None = None
+    period_s: Positive = 900.0  # simulated seconds of each period's stationary runs
+    # overrides of the autoscaled answer's autoscale.* (policy, target, provision_s, ...)
+    autoscale: dict[str, Any] = Field(default_factory=dict)
+
+
+def day_periods(day: DayPlanConfig, rates: np.ndarray) -> list[tuple[int, int]]:
+    """The periods: found (``split_day``) or given, then checked to cover the day once."""
+    from sim.workload.day import split_day
+
+    if isinstance(day.periods, int):
+        return split_day(rates, day.periods)
+    assert day.periods is not None
+    periods = []
+    covered = np.zeros(HOURS, dtype=int)
+    for i, period in enumerate(day.periods):
+        ok = len(period) == 2 and 0 <= period[0] < HOURS and 0 < period[1] <= HOURS
+        require(ok, f"plan.day.periods[{i}]", period, "must be [start_hour, end_hour], 0-24")
+        require(
+            period[0] != period[1],
+            f"plan.day.periods[{i}]",
+            period,
+            "starts and ends at the same hour: give the whole day as [0, 24]",
+        )
+        start, end = period
+        length = (end - start) % HOURS or HOURS
+        covered[[(start + k) % HOURS for k in range(length)]] += 1
+        periods.append((start, end))
+    require(
+        bool((covered == 1).all()),
+        "plan.day.periods",
+        day.periods,
+        "must cover each hour of the day exactly once",
+    )
+    return sorted(periods)
+
+
+def workload_overrides(base: dict[str, Any], workload: dict[str, Any]) -> list[str]:
+    """Overrides that turn the ``base`` daily workload into ``workload`` (``period_workload``'s:
+    the same lengths, its own rate, clock and span), compared as the schema reads both."""
+    from sim.config.schema import DailyWorkload
+
+    given: dict[str, Any] = validate(DailyWorkload, base, "workload").model_dump()
+    out = []
+    for key, value in workload.items():
+        if given.get(key) != value:
+            text = json.dumps(value) if isinstance(value, (list, dict)) else yaml.safe_dump(value)
+            out.append(f"workload.{key}={text.strip().removesuffix('...').strip()}")
+    return out
+
+
+def engine_settings(candidate: list[str]) -> dict[str, Any]:
+    """A candidate's overrides as an engine configuration of ``autoscale.engines``."""
+    settings = {}
+    for override in candidate:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+")
+        require(
+            key.split(".")[0] in ENGINE_GROUPS and key != "fleet.replicas",
+            "plan.grid",
+            override,
+            "a day plan switches engine configurations between periods: its candidates may set "
+            + ", ".join(f"{g}.*" for g in ENGINE_GROUPS),
+        )
+        settings[key] = yaml.safe_load(value)
+    return settings
+
+
+def wilson(successes: int, trials: int) -> tuple[float | None, float | None, float | None]:
+    """The share and its 95% Wilson score interval (None, None, None for no trials)."""
+    if trials == 0:
+        return None, None, None
+    p = successes / trials
+    z2 = Z95 * Z95
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = Z95 * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    # at 0 or all, one end is the share itself (the formula's float dust aside)
+    low = 0.0 if successes == 0 else min(p, centre - half)
+    high = 1.0 if successes == trials else max(p, centre + half)
+    return p, low, high
+
+
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")  # the request columns an hour's SLO is read from
+
+
+def hourly_attainment(
+    run: Path, start_hour: float, compression: float, plan_slo: list[str]
+) -> dict[str, Any]:
+    """How a day's answer did, over the day and per hour of day of the requests' arrival:
+
+    - ``attainment`` (``slo_attainment`` over the day): the share of requests that completed
+      within every per-request ``slo.*`` bound of the run, with a Wilson interval;
+    - ``plan_slo``: each ``plan.slo`` statistic of a latency (``ttft_s.p99``, ``tpot_s.mean``,
+      ...) over the hour's completed requests, as the summary computes it over a run, and
+      ``plan_slo_met`` whether all held (``slo_attainment`` constraints read the share above;
+      other statistics are not split by hour and are left out). ``hours_plan_slo_met`` counts
+      the hours with requests where all held."""
+    import pyarrow.parquet as pq
+
+    from sim.output.results import distribution
+    from sim.plan.slo import parse
+
+    slo = json.loads((run / "summary.json").read_text())["slo"]
+    table = pq.read_table(
+        run / "requests.parquet", columns=["arrival_time_s", "status", *LATENCIES]
+    )
+    arrival = table.column("arrival_time_s").to_numpy()
+    completed = np.asarray(table.column("status").to_numpy(zero_copy_only=False) == "completed")
+    latency = {
+        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        for name in LATENCIES
+    }
+    met = completed.copy()
+    for name in LATENCIES:
+        bound = slo.get(name)
+        if bound is not None:
+            # one-token outputs have no TPOT: they meet a TPOT SLO (as the summary counts)
+            met &= np.nan_to_num(latency[name], nan=0.0 if name == "tpot_s" else np.inf) <= bound
+    constraints = [parse(text) for text in plan_slo]
+    hour = np.floor(start_hour + arrival * compression / 3600.0).astype(np.int64) % HOURS
+    hourly = []
+    hours_met = 0
+    for h in range(HOURS):
+        mine = hour == h
+        share, low, high = wilson(int(met[mine].sum()), int(mine.sum()))
+        done = mine & completed
+        stats: dict[str, Any] = {name: distribution(latency[name][done]) for name in LATENCIES}
+        values: dict[str, float | None] = {}
+        for constraint in constraints:
+            if constraint.metric == "slo_attainment":
+                values[str(constraint)] = share
+            elif constraint.metric.split(".")[0] in LATENCIES:
+                values[str(constraint)] = constraint.value(stats)
+        held = [c.met_by(values[str(c)]) for c in constraints if str(c) in values]
+        all_held = bool(held) and all(held) if mine.any() else None
+        hours_met += bool(all_held)
+        hourly.append(
+            {
+                "hour": h,
+                "requests": int(mine.sum()),
+                "attainment": share,
+                "low": low,
+                "high": high,
+                "plan_slo": values,
+                "plan_slo_met": all_held,
+            }
+        )
+    share, low, high = wilson(int(met.sum()), len(met))
+    return {
+        "slo_attainment": share,
+        "slo_attainment_low": low,
+        "slo_attainment_high": high,
+        "hours_plan_slo_met": hours_met,
+        "hours_with_requests": sum(1 for h in hourly if h["requests"]),
+        "hourly": hourly,
+    }
+
+
+def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
+    """The day plan (module docstring): each period planned, three answers simulated over the
+    day; writes ``day_plan.json`` and returns its object."""
+    from sim.config.schema import DailyWorkload
+    from sim.plan.planner import Prepared, execute
+    from sim.workload.day import hourly_rates, period_workload
+
+    plan, folder = prepared.plan, prepared.folder
+    day = plan.day
+    assert prepared.day_workload is not None  # prepare() composed it (no Hydra in here)
+    cfg = {"workload": prepared.day_workload}
+    spec: DailyWorkload = validate(DailyWorkload, cfg["workload"], "workload")
+    rates = hourly_rates(spec)
+    periods = day_periods(day, rates)
+    settings = [engine_settings(c) for c in prepared.candidates]
+    chosen: list[dict[str, Any]] = []
+    for start, end in periods:
+        length = (end - start) % HOURS or HOURS
+        period_rates = rates[[(start + k) % HOURS for k in range(length)]]
+        workload = period_workload(spec, start, end, day.period_s)
+        entry: dict[str, Any] = {
+            "start_hour": start,
+            "end_hour": end,
+            "rate_rps": float(period_rates.max()),
+            "folder": f"periods/{start:02d}-{end:02d}",
+        }
+        if workload is None:  # no traffic: the smallest fleet of the first candidate
+            entry.update(candidate=prepared.candidates[0], replicas=1, usd_per_hour=None)
+            chosen.append(entry)
+            continue
+        period_plan = plan.model_copy(
+            update={"day": DayPlanConfig(), "output_dir": str(folder / entry["folder"])}
+        )
+        sub = Prepared(
+            period_plan,
+            [*prepared.base, *workload_overrides(cfg["workload"], workload)],
+            prepared.seed,
+            prepared.candidates,
+            folder / entry["folder"],
+        )
+        answers = [c for c in execute(sub, launch, progress)["candidates"] if c["feasible"]]
+        if not answers:
+            raise ConfigError(
+                "plan.day.periods",
+                f"{start:02d}-{end:02d} h",
+                f"no candidate meets plan.slo at {entry['rate_rps']:.3g} req/s within "
+                f"plan.max_replicas ({plan.max_replicas}); see {entry['folder']}/plan.json",
+            )
+        cheapest = min(c["usd_per_hour"] for c in answers)
+        # every answer at the cheapest price (ties are settled once the peak is known)
+        entry["tied"] = [c for c in answers if c["usd_per_hour"] <= cheapest * (1 + 1e-9)]
+        entry.update(usd_per_hour=cheapest)
+        chosen.append(entry)
+    peak = _settle(chosen)
+    runs = _answer_overrides(prepared.base, spec, chosen, peak, prepared, settings, day)
+    # the three days, as jobs of the plan's launcher, each into its own run folder
+    jobs = [
+        Job((*overrides, f"output_dir={folder / 'answers' / name}"))
+        for name, overrides in runs.items()
+    ]
+    results = dict(zip(runs, (_summary(r) for r in launch(jobs)), strict=True))
+    out = _day_json(spec, rates, chosen, peak, runs, results, folder, plan.slo)
+    out["command"] = _command(prepared)
+    out["plan_slo"] = list(plan.slo)
+    tmp = folder / f".{DAY_PLAN_FILE}.partial"
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    tmp.replace(folder / DAY_PLAN_FILE)
+    return out
+
+
+def _settle(chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each period's answer among its cheapest, and the peak: the period whose answer costs
+    most (the demand peak, which longer requests may put off the rate's peak; the higher rate
+    on a tie). A period whose cheapest answers tie takes the peak's candidate when it is among
+    them, else the first: no engine switch for nothing."""
+    planned = [e for e in chosen if e["usd_per_hour"] is not None]
+    peak = max(planned, key=lambda e: (e["usd_per_hour"], e["rate_rps"]))
+    peak_candidate = peak["tied"][0]["overrides"]
+    for entry in planned:
+        tied = entry.pop("tied")
+        best = next((c for c in tied if c["overrides"] == peak_candidate), tied[0])
+        entry.update(candidate=best["overrides"], replicas=best["replicas"])
+    return peak
+
+
+def _answer_overrides(
+    base: list[str],
+    spec: Any,
+    chosen: list[dict[str, Any]],
+    peak: dict[str, Any],
+    prepared: Prepared,
+    settings: list[dict[str, Any]],
+    day: DayPlanConfig,
+) -> dict[str, list[str]]:
+    """Each answer's day simulation, as overrides of the base."""
+    quiet = ["sim.progress=false", f"seed={prepared.seed}"]
+    runs = {"peak": [*base, *peak["candidate"], f"fleet.replicas={peak['replicas']}", *quiet]}
+    # seasonal: the schedule, in simulated seconds from the workload's start hour
+    names = {}
+    engines: dict[str, dict[str, Any]] = {}
+    for candidate, setting in zip(prepared.candidates, settings, strict=True):
+        name = "base" if not candidate else f"e{len(engines)}"
+        names[json.dumps(candidate)] = name
+        if candidate:
+            engines[name] = setting
+    # the fleet of each hour of day, changed where the period changes (a period wrapping past
+    # midnight, or the one the workload starts in, may come back later in the simulated day)
+    period_of = {}
+    for entry in chosen:
+        length = (entry["end_hour"] - entry["start_hour"]) % HOURS or HOURS
+        for k in range(length):
+            period_of[(entry["start_hour"] + k) % HOURS] = entry
+    hour_s = 3600.0 / spec.time_compression
+    first = math.floor(spec.start_hour)
+    schedule: list[dict[str, Any]] = []
+    for k in range(HOURS):
+        entry = period_of[(first + k) % HOURS]
+        fleet = {"replicas": entry["replicas"], "engine": names[json.dumps(entry["candidate"])]}
+        if schedule and {key: schedule[-1][key] for key in fleet} == fleet:
+            continue  # the same fleet goes on
+        at_s = 0.0 if k == 0 else (first + k - spec.start_hour) * hour_s
+        schedule.append({"at_s": at_s, **fleet})
+    own: list[str] = []  # the run's own configuration, when the schedule uses one engine
+    used = {entry["engine"] for entry in schedule}
+    if len(used) == 1 and used != {"base"}:
+        # one configuration all day: it is the run's own (its config.yaml then says what ran)
+        (name,) = used
+        own = next(c for c in prepared.candidates if names[json.dumps(c)] == name)
+        schedule = [{**entry, "engine": "base"} for entry in schedule]
+        engines = {}
+    runs["seasonal"] = [
+        *base,
+        *own,
+        f"fleet.replicas={schedule[0]['replicas']}",
+        "autoscale.policy=schedule",
+        "autoscale.schedule=" + json.dumps(schedule).replace('"', ""),
+        *(["+autoscale.engines=" + json.dumps(engines).replace('"', "")] if engines else []),
+        *quiet,
+    ]
+    # autoscaled: the peak candidate under a metric policy; by default a request-rate scaler
+    # whose target is the highest rate per replica a period's answer was verified to carry
+    given = dict(day.autoscale)
+    given.setdefault("policy", "rate")
+    if "target" not in given and given["policy"] == "rate":
+        # over the periods the peak's candidate answered: what it was verified to carry
+        given["target"] = max(
+            e["rate_rps"] / e["replicas"]
+            for e in chosen
+            if e["usd_per_hour"] is not None and e["candidate"] == peak["candidate"]
+        )
+    start = next(e for e in schedule if e["at_s"] == 0)["replicas"]
+    runs["autoscaled"] = [
+        *base,
+        *peak["candidate"],
+        f"fleet.replicas={min(start, peak['replicas'])}",
+        f"autoscale.max_replicas={max(prepared.plan.max_replicas, peak['replicas'])}",
+        *(f"autoscale.{k}={v}" for k, v in given.items()),
+        *quiet,
+    ]
+    return runs
+
+
+def _summary(result: dict[str, Any]) -> dict[str, Any]:
+    if "error" in result:
+        raise ConfigError("plan.day", "a day's simulation", result["error"])
+    return result["summary"]
+
+
+def _day_json(
+    spec: Any,
+    rates: np.ndarray,
+    chosen: list[dict[str, Any]],
+    peak: dict[str, Any],
+    runs: dict[str, list[str]],
+    results: dict[str, dict[str, Any]],
+    folder: Path,
+    plan_slo: list[str],
+) -> dict[str, Any]:
+    answers = {}
+    for name, summary in results.items():
+        auto = summary.get("autoscale")
+        usd_per_hour = summary["cost"]["usd_per_hour"]
+        gpus = auto["gpu_hours"] * 3600 / summary["duration_s"] if auto else summary["num_gpus"]
+        answers[name] = {
+            "run": f"answers/{name}",
+            "overrides": runs[name],
+            "usd_per_day": usd_per_hour * HOURS,
+            "gpu_hours": gpus * HOURS,
+            "replicas_max": auto["replicas_max"] if auto else summary["num_replicas"],
+            "ttft_p99_s": summary["ttft_s"]["p99"],
+            "tpot_p99_s": summary["tpot_s"]["p99"],
+            **hourly_attainment(
+                folder / "answers" / name, spec.start_hour, spec.time_compression, plan_slo
+            ),
+        }
+    note = None
+    if answers["seasonal"]["usd_per_day"] > answers["peak"]["usd_per_day"] * (1 + 1e-9):
+        # switching (both fleets during a changeover, provisioning ahead) cost more than the
+        # smaller fleets saved: a planner keeps the peak fleet
+        note = "switching cost more than it saved: the seasonal answer keeps the peak fleet"
+        answers["seasonal"] = {**answers["peak"], "note": note}
+    peak_cost = answers["peak"]["usd_per_day"]
+    return {
+        "periods": [
+            {
+                k: p[k]
+                for k in (
+                    "start_hour",
+                    "end_hour",
+                    "rate_rps",
+                    "candidate",
+                    "replicas",
+                    "usd_per_hour",
+                    "folder",
+                )
+            }
+            for p in chosen
+        ],
+        "peak_period": [peak["start_hour"], peak["end_hour"]],
+        "hourly_rates_rps": [float(r) for r in rates],
+        "start_hour": spec.start_hour,
+        "time_compression": spec.time_compression,
+        "answers": answers,
+        "saving_vs_peak": {
+            name: 1.0 - answers[name]["usd_per_day"] / peak_cost if peak_cost else None
+            for name in ("seasonal", "autoscaled")
+        },
+        "note": note,
+    }
+
+
+def _command(prepared: Prepared) -> str:
+    """The ``fleetcast plan`` command of this plan: its base overrides and every ``plan.*``
+    setting that is not the default."""
+    import shlex
+
+    from sim.plan.planner import load_plan
+
+    default = load_plan([])[0].model_dump()
+    settings = []
+    for key, value in prepared.plan.model_dump().items():
+        if key == "day":
+            settings += [
+                f"plan.day.{k}={json.dumps(v)}" for k, v in value.items() if v != default["day"][k]
+            ]
+        elif value != default[key] and key != "output_dir":
+            settings.append(f"plan.{key}={json.dumps(value)}")
+    words = ["fleetcast", "plan", *prepared.base, *settings]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def day_table(out: dict[str, Any]) -> str:
+    """The three answers side by side, as the command prints them."""
+    lines = [
+        "SLO met: the share of requests within every slo.* bound; hours plan.slo held: the hours "
+        f"whose requests met {', '.join(out.get('plan_slo') or []) or 'plan.slo'}",
+        "periods:",
+    ]
+    for p in out["periods"]:
+        cost = "-" if p["usd_per_hour"] is None else f"${p['usd_per_hour']:,.2f}/h"
+        lines.append(
+            f"  {p['start_hour']:02d}-{p['end_hour']:02d} h  peak {p['rate_rps']:.3g} req/s: "
+            f"{p['replicas']} x {' '.join(p['candidate']) or 'base'}  {cost}"
+        )
+    lines.append(
+        f"{'answer':<12}{'$/day':>12}{'GPU-h/day':>11}{'max repl.':>10}"
+        f"{'SLO met':>9}{'worst hour':>12}{'vs peak':>9}  hours plan.slo held"
+    )
+    for name in ANSWERS:
+        a = out["answers"][name]
+        worst = min((h for h in a["hourly"] if h["requests"]), key=lambda h: h["attainment"])
+        saving = out["saving_vs_peak"].get(name)
+        lines.append(
+            f"{name:<12}{a['usd_per_day']:>12,.0f}{a['gpu_hours']:>11,.1f}{a['replicas_max']:>10}"
+            f"{a['slo_attainment']:>9.2%}{worst['attainment']:>7.1%} {worst['hour']:02d}h"
+            + (f"{0.0 - saving + 0.0:>+9.1%}" if saving is not None else f"{'':>9}")
+            + f"  {a['hours_plan_slo_met']} of {a['hours_with_requests']}"
+        )
+    if out.get("note"):
+        lines.append(out["note"])
+    return "\n".join(lines)

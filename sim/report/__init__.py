@@ -1,0 +1,30 @@
+"""Reports: ``fleetcast report PATH`` turns a run, sweep, plan or day-plan folder into one
+self-contained HTML page and a Markdown file with its figures beside it.
+
+A report reads files only (the run's Parquet tables and JSON, a collected sweep, a plan's
+``plan.json``/``plan.parquet``, a day plan's ``day_plan.json``): what it shows was computed by
+the simulator before, never by simulating again.
+
+- ``inputs``: what PATH is (a run, a collected sweep, a plan, a day plan) and reading it;
+- ``day_plan``: the tolerant reader of ``day_plan.json`` (periods, the three answers);
+- ``intervals``: Wilson intervals for a share, Student-t intervals for a mean;
+- ``answer``: the answer paragraph: what to buy, what it costs, how sure;
+- ``traffic``: the workload: length histograms, the four traffic patterns, arrivals per
+  minute;
+- ``kv_use``: KV-cache use and running requests over time, from ``steps.parquet``;
+- ``load``: latency percentiles against load per replica, the knee and the operating point;
+- ``costs``: cost per candidate with its interval, cheapest first;
+- ``scaling``: the fleet over the day: ``scaling.parquet`` and a day plan's three answers;
+- ``assumptions``: the table of what the figures assume (model, GPU, step-time model and its
+  measured error, prices with their source, versions, commands);
+- ``plotting``: seaborn and matplotlib, imported when a figure is drawn (Agg backend, PNG);
+- ``document``: the report as blocks, rendered to HTML and Markdown, written atomically;
+- ``command``: ``fleetcast report``: the arguments, the sections of each kind of folder.
+
+May import: the basics, ``sim.output.run_files`` (the names of a run folder's files, atomic
+writes), ``sim.output.summary_table`` (the number format), ``sim.sweeps.monitor`` (SLO
+attainment, as the sweep ranks it), ``sim.plan.slo``, ``sim.plan.replications`` and
+``sim.plan.runs``/``sim.plan.rounds`` (a plan folder's SLO grammar, intervals and run folder
+names), and the ``report`` extra (seaborn, matplotlib, pandas). Never ``sim.engine`` or
+``sim.fleet``: reports read what runs wrote.
+"""

@@ -1,0 +1,378 @@
+"""What ``fleetcast report PATH`` reads: which kind of folder PATH is, and its files.
+
+PATH is one of (the first that matches):
+
+- a day plan: ``day_plan.json`` and its answers' run folders (``sim.report.day_plan``);
+- a plan: ``plan.json``, ``plan.parquet`` and ``runs/KEY/`` (``fleetcast plan``), with
+  ``plan_request.json`` when the command wrote one. A day plan's period
+  (``DAYPLAN/periods/START-END/``) is a plan whose simulations live in the day plan's
+  ``runs/`` and whose command is the day plan's: both are looked for two levels up;
+- a run: ``summary.json``, ``config.yaml``, ``requests.parquet``, ``steps.parquet`` and, for a
+  fleet that scaled, ``scaling.parquet``; a folder with ``config.yaml`` but no
+  ``summary.json`` is a run that did not finish, and is refused;
+- a collected sweep: ``SWEEP/collected/runs.parquet`` (``fleetcast collect SWEEP``), given as
+  ``SWEEP`` or ``SWEEP/collected``; its run folders are read too while they are there.
+
+Anything else is refused with one line naming PATH (``ConfigError`` on the field ``PATH``).
+Tables are read when a section asks for them, and only the columns it needs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+import yaml
+
+from sim.errors import ConfigError
+from sim.output.run_files import (
+    CONFIG_FILE,
+    REQUESTS_FILE,
+    SCALING_FILE,
+    STEPS_FILE,
+    SUMMARY_FILE,
+)
+from sim.plan.rounds import Rounds
+from sim.plan.runs import RUNS_FOLDER, Job, Simulations
+from sim.report.day_plan import DAY_PLAN_FILE, DayPlan, read_day_plan
+from sim.resources import config_dir
+
+COLLECTED_FOLDER = "collected"
+RUNS_TABLE = "runs.parquet"
+PLAN_FILE = "plan.json"
+PLAN_TABLE = "plan.parquet"
+PLAN_REQUEST_FILE = "plan_request.json"
+MULTIRUN_FILE = "multirun.yaml"  # Hydra's record of a sweep's command
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _refuse(path: Path | str, reason: str) -> ConfigError:
+    return ConfigError("PATH", str(path), reason)
+
+
+def _read_json(path: Path, folder: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise _refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
+
+
+def _read_yaml(path: Path, folder: Path) -> Any:
+    try:
+        return yaml.load(path.read_text(), Loader=_YAML_LOADER)
+    except (OSError, yaml.YAMLError) as err:
+        raise _refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
+
+
+def _parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """The table at ``path`` (only ``columns`` it has, when given); None when absent."""
+    if not path.exists():
+        return None
+    if columns is not None:
+        have = set(pq.read_schema(path).names) if path.is_file() else None
+        columns = [c for c in columns if have is None or c in have]
+    return pq.read_table(path, columns=columns).to_pandas()
+
+
+@dataclass
+class RunInput:
+    """A finished run's folder."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    overrides: list[str] | None  # the command's overrides (.hydra/overrides.yaml), if kept
+
+    def requests(self, columns: list[str] | None = None) -> pd.DataFrame | None:
+        return _parquet(self.path / REQUESTS_FILE, columns)
+
+    def steps(self, columns: list[str] | None = None) -> pd.DataFrame | None:
+        return _parquet(self.path / STEPS_FILE, columns)
+
+    def scaling(self) -> pd.DataFrame | None:
+        return _parquet(self.path / SCALING_FILE)
+
+    @property
+    def command(self) -> str | None:
+        """The command that wrote the run, from its recorded overrides."""
+        return None if self.overrides is None else shlex.join(["fleetcast", *self.overrides])
+
+    @property
+    def step_mode(self) -> str:
+        """``output.steps``: full, bucketed or none."""
+        return str((self.config.get("output") or {}).get("steps") or "full")
+
+
+def read_run(folder: Path) -> RunInput:
+    """The run in ``folder``; ConfigError when it has no summary (not finished)."""
+    if not (folder / SUMMARY_FILE).is_file():
+        raise _refuse(folder, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
+    summary = _read_json(folder / SUMMARY_FILE, folder)
+    config = _read_yaml(folder / CONFIG_FILE, folder) if (folder / CONFIG_FILE).is_file() else {}
+    recorded = folder / ".hydra" / "overrides.yaml"
+    overrides = _read_yaml(recorded, folder) if recorded.is_file() else None
+    if not isinstance(summary, dict) or not isinstance(config, dict):
+        raise _refuse(folder, f"{SUMMARY_FILE} and {CONFIG_FILE} must hold mappings")
+    return RunInput(
+        folder,
+        config,
+        summary,
+        [str(o) for o in overrides] if isinstance(overrides, list) else None,
+    )
+
+
+@dataclass
+class SweepInput:
+    """A collected sweep: ``runs.parquet`` (one row per run) and, where they still are, the
+    run folders and their requests."""
+
+    path: Path  # the collected folder
+    runs: pd.DataFrame
+    swept_keys: list[str]
+    version: str | None  # the Fleetcast that collected it
+    sweep_dir: Path | None  # the folder of the run folders, when collected/ sits in it
+    overrides: list[str] | None  # the sweep's command (multirun.yaml), when recorded
+
+    @property
+    def command(self) -> str | None:
+        """The sweep's command, from Hydra's record of it."""
+        return None if self.overrides is None else shlex.join(["fleetcast", "-m", *self.overrides])
+
+    def run(self, run_id: object) -> RunInput | None:
+        """The run folder of ``run_id``, if it is still there."""
+        if self.sweep_dir is None or not (self.sweep_dir / str(run_id) / SUMMARY_FILE).is_file():
+            return None
+        return read_run(self.sweep_dir / str(run_id))
+
+    def requests(self, run_id: object, columns: list[str] | None = None) -> pd.DataFrame | None:
+        """``run_id``'s requests from the collected dataset."""
+        part = self.path / "requests" / f"run_id={run_id}"
+        return _parquet(part, columns) if part.is_dir() else None
+
+
+def varying(runs: pd.DataFrame, swept: list[str], leave_out: set[str]) -> list[str]:
+    """The swept keys whose value differs between runs, but those in ``leave_out``."""
+    return [k for k in swept if k in runs and k not in leave_out and runs[k].nunique() > 1]
+
+
+def run_labels(runs: pd.DataFrame, swept: list[str], leave_out: set[str]) -> pd.Series:
+    """Each run's ``key=value, ...`` of the ``varying`` keys (``all runs`` when none)."""
+    keys = varying(runs, swept, leave_out)
+    if not keys:
+        return pd.Series("all runs", index=runs.index)
+    return (
+        runs[keys]
+        .astype(str)
+        .apply(lambda row: ", ".join(f"{k}={v}" for k, v in row.items()), axis=1)
+    )
+
+
+def read_sweep(collected: Path) -> SweepInput:
+    table = pq.read_table(collected / RUNS_TABLE)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    swept = json.loads(meta.get("fleetcast_swept_keys", "[]"))
+    sweep_dir = collected.parent if collected.name == COLLECTED_FOLDER else None
+    overrides = None
+    if sweep_dir is not None and (sweep_dir / MULTIRUN_FILE).is_file():
+        recorded = _read_yaml(sweep_dir / MULTIRUN_FILE, sweep_dir)
+        task = (((recorded or {}).get("hydra") or {}).get("overrides") or {}).get("task")
+        overrides = [str(o) for o in task] if isinstance(task, list) else None
+    return SweepInput(
+        collected,
+        table.to_pandas(),
+        [str(k) for k in swept],
+        meta.get("fleetcast_version"),
+        sweep_dir,
+        overrides,
+    )
+
+
+def _hydra_value(value: Any) -> str:
+    """A value as an override writes it (``{hardware: [h100_sxm, h200]}``, ``null``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_hydra_value(v) for v in value) + "]"
+    return str(value)
+
+
+def plan_command(request: dict[str, Any]) -> str:
+    """``fleetcast plan`` from ``plan_request.json``: the base overrides, then each plan setting
+    that differs from the shipped default (``configs/plan/default.yaml``), ``plan.day.*`` one
+    by one."""
+    defaults = yaml.load((config_dir() / "plan" / "default.yaml").read_text(), Loader=_YAML_LOADER)
+    settings = request.get("plan") or {}
+    given = {k: v for k, v in settings.items() if k != "day"}
+    given.update({f"day.{k}": v for k, v in (settings.get("day") or {}).items()})
+    usual = {k: v for k, v in defaults.items() if k != "day"}
+    usual.update({f"day.{k}": v for k, v in (defaults.get("day") or {}).items()})
+    words = [str(o) for o in request.get("base") or []]
+    for key, value in given.items():
+        if key not in usual or usual[key] != value:
+            words.append(f"plan.{key}={_hydra_value(value)}")
+    return shlex.join(["fleetcast", "plan", *words])
+
+
+@dataclass
+class PlanInput:
+    """A plan's folder: ``plan.json`` (per candidate its answer), ``plan.parquet`` (one row per
+    simulation), ``plan_request.json`` when written, and ``runs/KEY/`` (config and summary of
+    each simulation).
+
+    A day plan's period (``DAYPLAN/periods/START-END/``) has neither ``runs/`` nor
+    ``plan_request.json`` of its own: its simulations are in ``DAYPLAN/runs/`` (shared by the
+    periods, so a rerun resumes) and its command is the day plan's (``day_plan``: that
+    folder; ``request``: its ``plan_request.json``)."""
+
+    path: Path
+    plan: dict[str, Any]
+    rows: pd.DataFrame | None
+    request: dict[str, Any] | None
+    day_plan: Path | None = None  # the day plan this plan is a period of
+    day_command: str | None = None  # that day plan's command, from its day_plan.json
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        return [c for c in self.plan.get("candidates") or [] if isinstance(c, dict)]
+
+    @property
+    def version(self) -> str | None:
+        return None if self.request is None else self.request.get("version")
+
+    @property
+    def command(self) -> str:
+        """``fleetcast plan`` as it was given: from ``plan_request.json`` when written (a
+        period's: the day plan's), else the day plan's own record of it, else from
+        ``plan.json`` (its SLOs, and its candidates listed one by one: a grid is not recorded
+        there)."""
+        if self.request is not None:
+            return plan_command(self.request)
+        if self.day_command is not None:
+            return self.day_command
+        words = [str(o) for o in self.plan.get("base_overrides") or []]
+        words.append(f"plan.slo=[{', '.join(self.plan.get('slo') or [])}]")
+        listed = [c.get("overrides") or [] for c in self.candidates]
+        if any(listed):
+            words.append(f"plan.candidates={_hydra_value(listed)}")
+        return shlex.join(["fleetcast", "plan", *words])
+
+    def run(self, overrides: list[str], replicas: int, replication: int = 0) -> RunInput | None:
+        """The folder of one simulation, named as the planner names it (in the plan's
+        ``runs/``, else in its day plan's); None when it is not there (another Fleetcast
+        version names its folders differently)."""
+        base = [str(o) for o in self.plan.get("base_overrides") or []]
+        seed = int(self.plan.get("seed") or 0)
+        job = Job(
+            tuple(Simulations(base, seed, Rounds(list)).overrides(overrides, replicas, replication))
+        )
+        for where in (self.path, self.day_plan):
+            if where is not None and (job.folder(where) / SUMMARY_FILE).is_file():
+                return read_run(job.folder(where))
+        return None
+
+
+PERIODS_FOLDER = "periods"  # a day plan's periods' plan folders (sim.plan.day)
+
+
+def day_plan_of(folder: Path) -> Path | None:
+    """The day plan whose period ``folder`` is (``DAYPLAN/periods/START-END``): the folder two
+    levels up, when it holds ``runs/`` and ``day_plan.json`` or ``plan_request.json``."""
+    parent = folder.resolve().parent
+    if parent.name != PERIODS_FOLDER:
+        return None
+    day = parent.parent
+    marked = (day / DAY_PLAN_FILE).is_file() or (day / PLAN_REQUEST_FILE).is_file()
+    return day if marked and (day / RUNS_FOLDER).is_dir() else None
+
+
+def read_plan(folder: Path) -> PlanInput:
+    plan = _read_json(folder / PLAN_FILE, folder)
+    if not isinstance(plan, dict):
+        raise _refuse(folder, f"{PLAN_FILE} must hold a JSON object")
+    request = folder / PLAN_REQUEST_FILE
+    day = None if request.is_file() else day_plan_of(folder)
+    day_command = None
+    if day is not None:
+        request = day / PLAN_REQUEST_FILE
+        if (day / DAY_PLAN_FILE).is_file():
+            day_command = read_day_plan(day).command
+    return PlanInput(
+        folder,
+        plan,
+        _parquet(folder / PLAN_TABLE),
+        _read_json(request, folder) if request.is_file() else None,
+        day,
+        day_command,
+    )
+
+
+@dataclass
+class DayPlanInput:
+    """A day plan's folder: ``day_plan.json`` and the run folder of each answer found."""
+
+    path: Path
+    plan: DayPlan
+    runs: dict[str, RunInput] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # answer -> why it has no run
+    request: dict[str, Any] | None = None  # plan_request.json, when the folder holds one
+
+    @property
+    def command(self) -> str | None:
+        """The day plan's own record of its command, else the plan request's."""
+        if self.plan.command is not None or self.request is None:
+            return self.plan.command
+        return plan_command(self.request)
+
+
+def read_day_plan_folder(folder: Path) -> DayPlanInput:
+    request = folder / PLAN_REQUEST_FILE
+    found = DayPlanInput(
+        folder,
+        read_day_plan(folder),
+        request=_read_json(request, folder) if request.is_file() else None,
+    )
+    for name, answer in found.plan.answers.items():
+        if answer.run is None:
+            found.missing[name] = "no run folder named"
+        elif not (folder / answer.run / SUMMARY_FILE).is_file():
+            found.missing[name] = f"{answer.run} holds no finished run"
+        else:
+            found.runs[name] = read_run(folder / answer.run)
+    return found
+
+
+ReportInput = RunInput | SweepInput | PlanInput | DayPlanInput
+
+
+def read_input(given: str | Path) -> ReportInput:
+    """The folder ``given`` as the kind of input it is; ConfigError when it is none of them."""
+    folder = Path(given).expanduser()
+    if not folder.exists():
+        raise _refuse(given, "not found")
+    if not folder.is_dir():
+        raise _refuse(given, "is a file; give a run, sweep, plan or day-plan folder")
+    if (folder / DAY_PLAN_FILE).is_file():
+        return read_day_plan_folder(folder)
+    if (folder / PLAN_FILE).is_file():
+        return read_plan(folder)
+    if (folder / SUMMARY_FILE).is_file():
+        return read_run(folder)
+    if (folder / CONFIG_FILE).is_file():
+        raise _refuse(given, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
+    for collected in (folder, folder / COLLECTED_FOLDER):
+        if (collected / RUNS_TABLE).is_file():
+            return read_sweep(collected)
+    if (folder / MULTIRUN_FILE).is_file() or any(folder.glob(f"*/{SUMMARY_FILE}")):
+        raise _refuse(given, f"a sweep not collected yet: run fleetcast collect {given} first")
+    raise _refuse(
+        given,
+        f"not a run, sweep, plan or day-plan folder (it holds no {SUMMARY_FILE}, "
+        f"{COLLECTED_FOLDER}/{RUNS_TABLE}, {PLAN_FILE} or {DAY_PLAN_FILE})",
+    )

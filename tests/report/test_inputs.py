@@ -1,0 +1,141 @@
+"""What PATH is, and the one-line refusals of what it is not."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+from sim.report import command
+from sim.report.inputs import (
+    DayPlanInput,
+    PlanInput,
+    RunInput,
+    SweepInput,
+    plan_command,
+    read_input,
+)
+from tests.support import fleetcast
+
+
+def test_each_kind_of_folder_is_told_apart(run_folder, day_folder, plan_folder, sweep_folder):
+    assert isinstance(read_input(run_folder), RunInput)
+    assert isinstance(read_input(day_folder), DayPlanInput)
+    assert isinstance(read_input(plan_folder), PlanInput)
+    swept = read_input(sweep_folder)
+    assert isinstance(swept, SweepInput) and swept.sweep_dir == sweep_folder
+    assert isinstance(read_input(sweep_folder / "collected"), SweepInput)
+    assert set(swept.swept_keys) >= {"fleet.replicas", "workload.qps"}
+    assert swept.run(0).summary == json.loads((sweep_folder / "0" / "summary.json").read_text())
+
+
+def test_a_run_knows_its_command_and_a_plan_its_own(run_folder, plan_folder):
+    assert read_input(run_folder).command.startswith(
+        "fleetcast fleet.replicas=2 workload=poisson workload.num_requests=160"
+    )
+    plan = read_input(plan_folder)
+    assert plan.command.startswith("fleetcast plan step_time=constant")
+    assert "'plan.slo=[ttft_s.mean <= 0.05]'" in plan.command
+    # the chosen count's first replication, found by the planner's own folder names
+    (answer,) = plan.candidates
+    chosen = plan.run(answer["overrides"], answer["replicas"])
+    assert chosen is not None and chosen.config["fleet"]["replicas"] == answer["replicas"]
+
+
+def refused(capsys, path: Path | str) -> str:
+    assert command.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_bad_paths_are_one_line_with_exit_status_2(tmp_path, capsys, run_folder):
+    assert refused(capsys, tmp_path / "nope") == f"error: PATH='{tmp_path / 'nope'}': not found\n"
+    (tmp_path / "file.txt").write_text("x")
+    assert "is a file; give a run, sweep, plan or day-plan folder" in refused(
+        capsys, tmp_path / "file.txt"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "not a run, sweep, plan or day-plan folder" in refused(capsys, empty)
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(run_folder, unfinished)
+    (unfinished / "summary.json").unlink()
+    assert "no summary.json: not a finished run" in refused(capsys, unfinished)
+    sweep = tmp_path / "sweep"
+    shutil.copytree(run_folder, sweep / "0")
+    assert "a sweep not collected yet: run fleetcast collect" in refused(capsys, sweep)
+    broken = tmp_path / "broken"
+    shutil.copytree(run_folder, broken)
+    (broken / "summary.json").write_text("{")
+    assert "cannot read summary.json" in refused(capsys, broken)
+    assert not list(tmp_path.rglob("report*"))  # nothing written
+
+
+def test_the_command_line_refuses_in_one_line(tmp_path):
+    done = fleetcast("report", str(tmp_path / "missing"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == f"error: PATH='{tmp_path / 'missing'}': not found\n"
+
+
+def test_a_missing_extra_is_named_in_one_line(monkeypatch, capsys, run_folder):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "seaborn" else real(name, *a)
+    )
+    assert command.main([str(run_folder)]) == 2
+    assert capsys.readouterr().err == (
+        "error: fleetcast report needs seaborn: pip install 'fleetcast[report]'\n"
+    )
+
+
+def test_a_plan_request_gives_the_command_with_the_settings_that_differ_from_the_defaults():
+    request = {
+        "base": ["workload=daily", "workload.qps=2"],
+        "plan": {
+            "slo": ["ttft_s.p99 <= 1"],
+            "grid": {"hardware": ["h100_sxm", "h200"]},
+            "candidates": [],
+            "max_replicas": 64,  # the default: left out
+            "max_headroom": None,
+            "day": {"periods": 2, "period_s": 900, "autoscale": {}},
+        },
+    }
+    assert plan_command(request) == (
+        "fleetcast plan workload=daily workload.qps=2 'plan.slo=[ttft_s.p99 <= 1]' "
+        "'plan.grid={hardware: [h100_sxm, h200]}' plan.max_headroom=null plan.day.periods=2"
+    )
+
+
+def test_a_period_of_a_day_plan_finds_its_runs_and_command_in_the_day_plan(
+    real_day_folder, tmp_path
+):
+    """``DAYPLAN/periods/08-20`` is a plan whose simulations are in ``DAYPLAN/runs/``."""
+    period = real_day_folder / "periods" / "08-20"
+    assert not (period / "runs").exists() and not (period / "plan_request.json").exists()
+    plan = read_input(period)
+    assert isinstance(plan, PlanInput) and plan.day_plan == real_day_folder.resolve()
+    (answer,) = [c for c in plan.candidates if c["feasible"]][:1]
+    chosen = plan.run(answer["overrides"], answer["replicas"])
+    assert chosen is not None and chosen.path.parent == real_day_folder.resolve() / "runs"
+    day = json.loads((real_day_folder / "day_plan.json").read_text())
+    assert plan.command == day["command"]  # no plan_request.json: the day plan's record
+    # with the day plan's plan_request.json, the command and version are read from it
+    copy = tmp_path / "day"
+    shutil.copytree(period, copy / "periods" / "08-20")
+    (copy / "runs").symlink_to(real_day_folder / "runs")
+    request = {
+        "base": ["workload=daily"],
+        "plan": {"slo": ["ttft_s.mean <= 0.05"], "day": {"periods": 2}},
+        "version": "9.9",
+    }
+    (copy / "plan_request.json").write_text(json.dumps(request))
+    plan = read_input(copy / "periods" / "08-20")
+    assert plan.version == "9.9" and plan.command == plan_command(request)
+    assert plan.run(answer["overrides"], answer["replicas"]) is not None
+    # a plan folder of its own, or one named periods/ elsewhere, is not a period
+    lone = tmp_path / "x" / "periods" / "08-20"
+    shutil.copytree(period, lone)
+    alone = read_input(lone)
+    assert alone.day_plan is None and alone.run(answer["overrides"], answer["replicas"]) is None
