@@ -14,7 +14,9 @@ uncertainty of each figure.
 - ``planner``: the command: the plan's settings, candidates from a grid or a list, the
   searches with their what-ifs and headroom, the plan folder and the progress;
 - ``day``: a day of a ``daily`` workload planned by period, and three fleets for the day (the
-  peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``).
+  peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``);
+- ``hourly``: a day's answer hour by hour: SLO attainment with Wilson intervals, and the plan's
+  own SLO statistics over each hour's requests.
 
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``

@@ -42,6 +42,7 @@ from pydantic import Field
 from sim.config.compose import ENGINE_GROUPS
 from sim.config.validation import Positive, StrictModel, validate
 from sim.errors import ConfigError, require
+from sim.plan.hourly import HOURS, hourly_attainment
 from sim.plan.runs import Job
 
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 
 DAY_PLAN_FILE = "day_plan.json"
 ANSWERS = ("peak", "seasonal", "autoscaled")
-HOURS = 24
-Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
 
 class DayPlanConfig(StrictModel):
@@ -94,6 +93,36 @@ def day_periods(day: DayPlanConfig, rates: np.ndarray) -> list[tuple[int, int]]:
     return sorted(periods)
 
 
+def day_checks(day: DayPlanConfig, cfg: dict[str, Any], each: list[list[str]]) -> list[str]:
+    """A day plan's own checks, before any simulation (``cfg``: the composed base, ``each``:
+    the candidates); the overrides of its first period's workload, for the planner's example
+    run (a whole day of one replica would take long)."""
+    from sim.workload.day import hourly_rates, period_workload
+
+    workload = cfg["workload"]
+    require(
+        workload.get("kind") == "daily",
+        "plan.day.periods",
+        day.periods,
+        "plans a day of a `daily` workload: workload=daily or workload=azure_day",
+    )
+    for candidate in each:
+        engine_settings(candidate)
+    span = workload["duration_s"] * workload["time_compression"]
+    require(
+        abs(span - 86400) <= 1 and workload.get("num_requests") is None,
+        "workload.duration_s",
+        workload["duration_s"],
+        "a day plan simulates one day: duration_s x time_compression must be 86400 s "
+        f"(it is {span:g} s) and num_requests null",
+    )
+    for start, end in day_periods(day, hourly_rates(workload)):
+        period = period_workload(workload, start, end, day.period_s)
+        if period is not None:
+            return workload_overrides(workload, period)
+    raise ConfigError("workload.qps", workload.get("qps"), "the day has no traffic")
+
+
 def workload_overrides(base: dict[str, Any], workload: dict[str, Any]) -> list[str]:
     """Overrides that turn the ``base`` daily workload into ``workload`` (``period_workload``'s:
     the same lengths, its own rate, clock and span), compared as the schema reads both."""
@@ -123,96 +152,6 @@ def engine_settings(candidate: list[str]) -> dict[str, Any]:
         )
         settings[key] = yaml.safe_load(value)
     return settings
-
-
-def wilson(successes: int, trials: int) -> tuple[float | None, float | None, float | None]:
-    """The share and its 95% Wilson score interval (None, None, None for no trials)."""
-    if trials == 0:
-        return None, None, None
-    p = successes / trials
-    z2 = Z95 * Z95
-    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
-    half = Z95 * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
-    # at 0 or all, one end is the share itself (the formula's float dust aside)
-    low = 0.0 if successes == 0 else min(p, centre - half)
-    high = 1.0 if successes == trials else max(p, centre + half)
-    return p, low, high
-
-
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s")  # the request columns an hour's SLO is read from
-
-
-def hourly_attainment(
-    run: Path, start_hour: float, compression: float, plan_slo: list[str]
-) -> dict[str, Any]:
-    """How a day's answer did, over the day and per hour of day of the requests' arrival:
-
-    - ``attainment`` (``slo_attainment`` over the day): the share of requests that completed
-      within every per-request ``slo.*`` bound of the run, with a Wilson interval;
-    - ``plan_slo``: each ``plan.slo`` statistic of a latency (``ttft_s.p99``, ``tpot_s.mean``,
-      ...) over the hour's completed requests, as the summary computes it over a run, and
-      ``plan_slo_met`` whether all held (``slo_attainment`` constraints read the share above;
-      other statistics are not split by hour and are left out). ``hours_plan_slo_met`` counts
-      the hours with requests where all held."""
-    import pyarrow.parquet as pq
-
-    from sim.output.results import distribution
-    from sim.plan.slo import parse
-
-    slo = json.loads((run / "summary.json").read_text())["slo"]
-    table = pq.read_table(
-        run / "requests.parquet", columns=["arrival_time_s", "status", *LATENCIES]
-    )
-    arrival = table.column("arrival_time_s").to_numpy()
-    completed = np.asarray(table.column("status").to_numpy(zero_copy_only=False) == "completed")
-    latency = {
-        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-        for name in LATENCIES
-    }
-    met = completed.copy()
-    for name in LATENCIES:
-        bound = slo.get(name)
-        if bound is not None:
-            # one-token outputs have no TPOT: they meet a TPOT SLO (as the summary counts)
-            met &= np.nan_to_num(latency[name], nan=0.0 if name == "tpot_s" else np.inf) <= bound
-    constraints = [parse(text) for text in plan_slo]
-    hour = np.floor(start_hour + arrival * compression / 3600.0).astype(np.int64) % HOURS
-    hourly = []
-    hours_met = 0
-    for h in range(HOURS):
-        mine = hour == h
-        share, low, high = wilson(int(met[mine].sum()), int(mine.sum()))
-        done = mine & completed
-        stats: dict[str, Any] = {name: distribution(latency[name][done]) for name in LATENCIES}
-        values: dict[str, float | None] = {}
-        for constraint in constraints:
-            if constraint.metric == "slo_attainment":
-                values[str(constraint)] = share
-            elif constraint.metric.split(".")[0] in LATENCIES:
-                values[str(constraint)] = constraint.value(stats)
-        held = [c.met_by(values[str(c)]) for c in constraints if str(c) in values]
-        all_held = bool(held) and all(held) if mine.any() else None
-        hours_met += bool(all_held)
-        hourly.append(
-            {
-                "hour": h,
-                "requests": int(mine.sum()),
-                "attainment": share,
-                "low": low,
-                "high": high,
-                "plan_slo": values,
-                "plan_slo_met": all_held,
-            }
-        )
-    share, low, high = wilson(int(met.sum()), len(met))
-    return {
-        "slo_attainment": share,
-        "slo_attainment_low": low,
-        "slo_attainment_high": high,
-        "hours_plan_slo_met": hours_met,
-        "hours_with_requests": sum(1 for h in hourly if h["requests"]),
-        "hourly": hourly,
-    }
 
 
 def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:

@@ -55,7 +55,7 @@ import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
-from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_table, engine_settings
+from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_checks, day_table
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, RefusedRun, Simulations
@@ -323,47 +323,14 @@ def prepare(overrides: list[str]) -> Prepared:
         refuse_planned(candidate)
         check_overrides([*base, *candidate])
         compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
-    example_base = base
-    if plan.day.periods is not None:
-        example_base = [*base, *_day_checks(plan, cfg, each)]
+    day = plan.day.periods is not None  # (its first period's workload for the example run)
+    example_base = [*base, *day_checks(plan.day, cfg, each)] if day else base
     # an example summary (one replica of the base deployment) names the statistics
     example_overrides = Simulations(example_base, seed, Rounds(list)).overrides([], 1, 0)
     example = simulate(compose_config(example_overrides)).summary
     constraints = [parse(text, example) for text in plan.slo]
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
-    day_workload = cfg["workload"] if plan.day.periods is not None else None
-    return Prepared(plan, base, seed, each, folder.absolute(), day_workload)
-
-
-def _day_checks(plan: PlanConfig, cfg: dict[str, Any], each: list[list[str]]) -> list[str]:
-    """A day plan's own checks (``sim.plan.day``); the overrides of its first period's
-    workload, for the example run (a whole day of one replica would take long)."""
-    from sim.plan.day import day_periods, workload_overrides
-    from sim.workload.day import hourly_rates, period_workload
-
-    require(
-        cfg["workload"].get("kind") == "daily",
-        "plan.day.periods",
-        plan.day.periods,
-        "plans a day of a `daily` workload: workload=daily or workload=azure_day",
-    )
-    for candidate in each:
-        engine_settings(candidate)
-    workload = cfg["workload"]
-    span = workload["duration_s"] * workload["time_compression"]
-    require(
-        abs(span - 86400) <= 1 and workload.get("num_requests") is None,
-        "workload.duration_s",
-        workload["duration_s"],
-        "a day plan simulates one day: duration_s x time_compression must be 86400 s "
-        f"(it is {span:g} s) and num_requests null",
-    )
-    rates = hourly_rates(cfg["workload"])
-    for start, end in day_periods(plan.day, rates):
-        workload = period_workload(cfg["workload"], start, end, plan.day.period_s)
-        if workload is not None:
-            return workload_overrides(cfg["workload"], workload)
-    raise ConfigError("workload.qps", cfg["workload"].get("qps"), "the day has no traffic")
+    return Prepared(plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None)
 
 
 def execute(

@@ -42,6 +42,26 @@ from typing import Any
 from sim.plan.slo import Constraint
 
 
+def wilson_interval(
+    successes: int, trials: int, confidence: float = 0.95
+) -> tuple[float, float, float] | None:
+    """The share ``successes / trials`` and its Wilson score interval (Wilson 1927): the
+    interval of a proportion that stays within [0, 1] and is not empty at 0 or all; None for
+    no trials."""
+    if trials <= 0:
+        return None
+    assert 0 <= successes <= trials, f"successes={successes} outside [0, trials={trials}]"
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / trials
+    z2n = z * z / trials
+    centre = (p + z2n / 2) / (1 + z2n)
+    half = z / (1 + z2n) * math.sqrt(p * (1 - p) / trials + z2n / (4 * trials))
+    # at p = 0 or 1 the bound is exactly 0 or 1 (rounding would put it a hair outside)
+    low = 0.0 if successes == 0 else max(0.0, min(p, centre - half))
+    high = 1.0 if successes == trials else min(1.0, max(p, centre + half))
+    return p, low, high
+
+
 def t_quantile(p: float, df: int) -> float:
     """Student's t quantile: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher
     expansion around the normal quantile (Abramowitz & Stegun 26.7.5), within 0.12% of the

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
-from sim.plan.replications import Statistic
+from sim.plan.replications import Statistic, wilson_interval
 from sim.plan.slo import Constraint
 from sim.sweeps.monitor import slo_attainment
 
@@ -34,18 +33,8 @@ class Interval:
 
 def wilson(successes: int, trials: int, confidence: float = CONFIDENCE) -> Interval | None:
     """The share ``successes / trials`` and its Wilson score interval; None for no trials."""
-    if trials <= 0:
-        return None
-    assert 0 <= successes <= trials, f"successes={successes} outside [0, trials={trials}]"
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = successes / trials
-    z2n = z * z / trials
-    centre = (p + z2n / 2) / (1 + z2n)
-    half = z / (1 + z2n) * math.sqrt(p * (1 - p) / trials + z2n / (4 * trials))
-    # at p = 0 or 1 the bound is exactly 0 or 1 (rounding would put it a hair outside)
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == trials else min(1.0, centre + half)
-    return Interval(p, low, high)
+    found = wilson_interval(successes, trials, confidence)
+    return None if found is None else Interval(*found)
 
 
 def mean_interval(values: list[float], confidence: float = CONFIDENCE) -> Interval | None:

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sim.errors import ConfigError
-from sim.plan.day import day_table, engine_settings, wilson
+from sim.plan.day import day_table, engine_settings
+from sim.plan.hourly import wilson
 from sim.plan.planner import run_plan
 from tests.scenarios import QUICK_DAY_PLAN
 from tests.support import columns
