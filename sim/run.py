@@ -21,7 +21,8 @@ from sim.catalog.placement import Placement, build_placement
 from sim.config.autoscale import BASE_ENGINE, check_autoscale
 from sim.config.build import build, target_class
 from sim.config.compose import to_dict, with_settings
-from sim.config.schema import RunConfig, SessionsWorkload, TraceWorkload, validate_run
+from sim.config.schema import RunConfig, validate_run
+from sim.config.workload_schema import SessionsWorkload, TraceWorkload
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.request import Request

@@ -3,6 +3,8 @@
 - ``compose``: the resolved config outside a Hydra run, group options, overrides checked first;
 - ``schema``: every key of every group, its type and bounds (``RunConfig``), checked before a
   run is built;
+- ``workload_schema``: the ``workload`` group's shape: lengths and every kind of traffic (part
+  of ``RunConfig``);
 - ``autoscale``: the ``autoscale`` group's shape (a fleet whose size changes) and the checks
   across its fields;
 - ``validation``: the layer the schema is built from (pydantic, strict), and its errors said in

@@ -126,7 +126,7 @@ def day_checks(day: DayPlanConfig, cfg: dict[str, Any], each: list[list[str]]) -
 def workload_overrides(base: dict[str, Any], workload: dict[str, Any]) -> list[str]:
     """Overrides that turn the ``base`` daily workload into ``workload`` (``period_workload``'s:
     the same lengths, its own rate, clock and span), compared as the schema reads both."""
-    from sim.config.schema import DailyWorkload
+    from sim.config.workload_schema import DailyWorkload
 
     given: dict[str, Any] = validate(DailyWorkload, base, "workload").model_dump()
     out = []
@@ -157,7 +157,7 @@ def engine_settings(candidate: list[str]) -> dict[str, Any]:
 def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
     """The day plan (module docstring): each period planned, three answers simulated over the
     day; writes ``day_plan.json`` and returns its object."""
-    from sim.config.schema import DailyWorkload
+    from sim.config.workload_schema import DailyWorkload
     from sim.plan.planner import Prepared, execute
     from sim.workload.day import hourly_rates, period_workload
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config.schema import DailyWorkload, GammaWorkload, RenewalWorkload
+from sim.config.workload_schema import DailyWorkload, GammaWorkload, RenewalWorkload
 
 SECONDS_PER_HOUR = 3600.0
 HOURS_PER_DAY = 24

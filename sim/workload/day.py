@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.schema import DailyWorkload
 from sim.config.validation import validate
+from sim.config.workload_schema import DailyWorkload
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.rng import stream

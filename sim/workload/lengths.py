@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sim.config.schema import (
+from sim.config.validation import StrictModel, validate
+from sim.config.workload_schema import (
     EmpiricalLengthSpec,
     FixedLengthSpec,
     LengthSpec,
@@ -39,7 +40,6 @@ from sim.config.schema import (
     SyntheticWorkload,
     UniformLengthSpec,
 )
-from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.workload.traces import read_columns, token_counts

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config.schema import SessionsWorkload
+from sim.config.workload_schema import SessionsWorkload
 from sim.rng import stream
 from sim.workload.lengths import build_length
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.config.schema import (
+from sim.config.validation import StrictModel, validate
+from sim.config.workload_schema import (
     BenchWorkload,
     ClosedLoopWorkload,
     DailyWorkload,
@@ -40,7 +41,6 @@ from sim.config.schema import (
     TraceWorkload,
     WorkloadConfig,
 )
-from sim.config.validation import StrictModel, validate
 from sim.errors import ConfigError
 from sim.rng import stream
 from sim.workload import arrivals, day, lengths, sessions, traces

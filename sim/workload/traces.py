@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config.schema import TraceWorkload
+from sim.config.workload_schema import TraceWorkload
 from sim.errors import ConfigError
 from sim.resources import resolve_path
 from sim.rng import stream

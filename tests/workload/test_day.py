@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sim.config.schema import DailyWorkload, WorkloadConfig
 from sim.config.validation import validate
+from sim.config.workload_schema import DailyWorkload, WorkloadConfig
 from sim.errors import ConfigError
 from sim.workload import build_workload
 from sim.workload.arrivals import DailyArrivals

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sim.config.compose import compose_config
-from sim.config.schema import SessionsWorkload
+from sim.config.workload_schema import SessionsWorkload
 from sim.errors import ConfigError
 from sim.output.results import REQUESTS_SCHEMA
 from sim.run import simulate
