@@ -1,6 +1,6 @@
 """How fast Fleetcast simulates: simulated requests per wall-clock second.
 
-    python benchmarks/bench_speed.py            # all five scenarios, best of 3
+    python benchmarks/bench_speed.py            # all six scenarios, best of 3
     python benchmarks/bench_speed.py a --repeat 5
 
 Scenarios (issue 2):
@@ -9,7 +9,9 @@ Scenarios (issue 2):
   (b) the same with 1,024 output tokens at 1 request/s;
   (c) the whole Azure 2023 conversation trace (19,366 requests) on 4 H100-SXM replicas;
   (d) the whole Mooncake conversation trace (12,031 requests) on 4 H100-SXM replicas;
-  (e) the same with the prefix cache on (kv.prefix_caching=true, its hash_ids replayed).
+  (e) the same with the prefix cache on (kv.prefix_caching=true, its hash_ids replayed);
+  (f) the whole Azure 2023 conversation trace on a disaggregated fleet (issue 12): 1 prefill
+      and 3 decode H100-SXM replicas, the KV over InfiniBand (target: the process under 5 s).
 
 For each it prints the wall time of the simulation loop (``Cluster.run``), of the whole
 ``simulate`` call (config to tables) and of the whole command in a fresh process
@@ -73,6 +75,7 @@ SCENARIOS = {
     ],
 }
 SCENARIOS["e"] = [*SCENARIOS["d"], "kv.prefix_caching=true"]
+SCENARIOS["f"] = [*SCENARIOS["c"], "placement=disaggregated", "placement.prefill.replicas=1"]
 
 
 class TimedCluster(Cluster):
@@ -131,7 +134,7 @@ def bench(name: str, overrides: list[str], repeat: int) -> float:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "scenarios", nargs="*", metavar="{a,b,c,d,e}", help="which scenarios (default: all)"
+        "scenarios", nargs="*", metavar="{a,b,c,d,e,f}", help="which scenarios (default: all)"
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
     args = parser.parse_args()

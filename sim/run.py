@@ -17,23 +17,19 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from sim import rng
-from sim.catalog.placement import Placement, build_placement
+from sim.catalog.placement import build_placement
 from sim.config.autoscale import BASE_ENGINE, check_autoscale
-from sim.config.build import build, target_class
+from sim.config.build import build
 from sim.config.compose import to_dict, with_settings
-from sim.config.schema import RunConfig, validate_run
+from sim.config.schema import DisaggregatedPlacement, RunConfig, validate_run
 from sim.config.workload_schema import SessionsWorkload, TraceWorkload
-from sim.engine.kv_cache import KVCache
-from sim.engine.prefix_cache import PrefixCachingKVCache
+from sim.deploy.disaggregated import DisaggregatedFleet, disaggregation_summary
+from sim.deploy.engines import EngineSetup
 from sim.engine.request import Request
-from sim.engine.scheduler.base import Scheduler
-from sim.engine.step_time.base import HostLoadStepTime, ScaledStepTime, StepTimeModel
 from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
 from sim.fleet.autoscaler import Autoscaler, Variant
 from sim.fleet.cluster import Cluster
-from sim.fleet.replica import Engine
-from sim.output.cost import gpu_price
 from sim.output.request_log import RequestLog
 from sim.output.results import (
     prefix_cache_summary,
@@ -54,6 +50,7 @@ from sim.output.run_files import (
 from sim.output.scaling import ScalingLog
 from sim.output.step_log import StepLog
 from sim.output.tables import MemorySink, ParquetSink, TableSink
+from sim.spec_decode import spec_decode_summary
 from sim.workload.prefixes import with_hash_ids
 from sim.workload.source import build_workload
 
@@ -61,121 +58,6 @@ STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by re
 
 if TYPE_CHECKING:  # tqdm is imported only when a progress bar is shown
     from tqdm import tqdm
-
-
-def _host_tiers(run: RunConfig, placement: Placement) -> list[tuple[int, float]] | None:
-    """Each model's prefix-cache host tier (``kv.cpu_offload_gib``): its blocks, and the seconds
-    a token's KV takes to copy back (each GPU copies its share over its own link); None
-    without one."""
-    gib = run.kv.cpu_offload_gib
-    if not gib:
-        return None
-    require(
-        run.kv.prefix_caching,
-        "kv.cpu_offload_gib",
-        gib,
-        "keeps the blocks a prefix cache evicts: set kv.prefix_caching=true",
-    )
-    require(
-        placement.mode != "colocated",
-        "kv.cpu_offload_gib",
-        gib,
-        "is not modelled for two models sharing a GPU (placement=colocated); use "
-        "placement=single or dedicated",
-    )
-    tiers = []
-    for deployment in placement.deployments:
-        link = deployment.gpu.host_link_bytes_per_s
-        if link is None:
-            raise ConfigError(
-                "hardware.host_link_gbps",
-                None,
-                f"{deployment.gpu.name}: kv.cpu_offload_gib needs the GB/s each way between "
-                "host memory and the GPU (64 for PCIe Gen5 x16, 32 for Gen4)",
-            )
-        plan = deployment.memory
-        blocks = plan.host_blocks(gib)
-        require(
-            blocks >= 1,
-            "kv.cpu_offload_gib",
-            gib,
-            f"holds no KV block ({plan.block_size} tokens of "
-            f"{plan.kv_bytes_per_token_per_gpu * plan.tp * plan.pp:,.0f} bytes each)",
-        )
-        tiers.append((blocks, plan.kv_bytes_per_token_per_gpu / link))
-    return tiers
-
-
-class EngineSetup:
-    """What one engine configuration builds its engines from: each model's step-time model,
-    the prefix cache's host tiers, the kind of KV cache."""
-
-    def __init__(self, cfg: dict[str, Any], run: RunConfig, placement: Placement) -> None:
-        self.cfg, self.run, self.placement = cfg, run, placement
-        step_times = [
-            build(cfg["step_time"], "step_time", deployment=d) for d in placement.deployments
-        ]
-        if run.sim.step_time_scale != 1.0:
-            step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
-        self.host_tiers = _host_tiers(run, placement)
-        if self.host_tiers is not None:
-            # each step pays the copy of the KV its admissions found in host memory
-            step_times = [
-                HostLoadStepTime(m, seconds)
-                for m, (_, seconds) in zip(step_times, self.host_tiers, strict=True)
-            ]
-        self.step_times: list[StepTimeModel] = step_times
-        # SGLang's radix cache evicts only when it needs room; vLLM's BlockPool takes every new
-        # block from the head of one free queue, cached or not (sim.engine.prefix_cache)
-        self.free_queue = (
-            target_class(cfg["scheduler"], "scheduler").prefix_cache_eviction == "free_queue"
-        )
-
-    def scheduler(self, model_id: int) -> Scheduler:
-        run, deployment = self.run, self.placement.deployments[model_id]
-        plan = deployment.memory
-        kv: KVCache
-        if run.kv.prefix_caching:
-            kv = PrefixCachingKVCache(
-                plan.num_blocks,
-                plan.block_size,
-                run.kv.watermark,
-                free_queue=self.free_queue,
-                host_blocks=0 if self.host_tiers is None else self.host_tiers[model_id][0],
-            )
-        else:
-            kv = KVCache(plan.num_blocks, plan.block_size, run.kv.watermark)
-        return build(
-            self.cfg["scheduler"],
-            "scheduler",
-            kv=kv,
-            max_model_len=deployment.model.max_context_tokens,
-            gpu=deployment.gpu,  # for engines whose defaults depend on it
-        )
-
-    def engine(self, model_id: int) -> Engine:
-        return Engine(model_id, self.scheduler(model_id), self.step_times[model_id])
-
-    def variant(self, name: str) -> Variant:
-        """This configuration as replicas an autoscaler adds (a fleet of one model)."""
-        deployment = self.placement.deployments[0]
-        price = gpu_price(self.run.cost, deployment.gpu)[0]
-        return Variant(
-            name,
-            lambda: [self.engine(0)],
-            deployment.num_gpus,
-            price,
-            scheduler=lambda: self.scheduler(0),
-            description={
-                "gpu": deployment.gpu.name,
-                "gpus_per_replica": deployment.num_gpus,
-                "tp": self.run.fleet.tp,
-                "weights": self.run.precision.weights,
-                "kv": self.run.precision.kv,
-                "kv_capacity_tokens": deployment.memory.kv_capacity_tokens,
-                "usd_per_gpu_hour": price,
-            },
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +147,14 @@ def simulate(
     run = validate_run(cfg)
     check_autoscale(run.autoscale)
     num_replicas = run.fleet.replicas
-    placement = build_placement(run, run.placement, num_replicas)
+    # a disaggregated fleet: two pools, each its own deployment (sim.fleet.disaggregation)
+    pooled = (
+        DisaggregatedFleet(cfg, run) if isinstance(run.placement, DisaggregatedPlacement) else None
+    )
+    if pooled is None:
+        placement = build_placement(run, run.placement, num_replicas)
+    else:
+        placement = pooled.placement
     deployment = placement.deployments[0]
     if cfg["model"].get("config_path") is not None:
         # what the config.json gave goes into the run's config.yaml and its summary table
@@ -310,7 +199,9 @@ def simulate(
             workload, arrival_time_s=workload.arrival_time_s / run.sim.arrival_rate_scale
         )
 
-    setup = EngineSetup(cfg, run, placement)
+    setup = EngineSetup(cfg, run, placement) if pooled is None else pooled.setups[0]
+    if pooled is None:  # (a speculative drafter's memory is out of the KV: sim.spec_decode)
+        placement = setup.placement
     if run.kv.prefix_caching:
         if isinstance(run.workload, TraceWorkload):
             workload = with_hash_ids(workload, run.workload.hash_block_tokens)
@@ -331,6 +222,8 @@ def simulate(
             placement.model_ids(workload.sessions.num_sessions, run.seed)
         )
     schedulers = [setup.scheduler(m) for m in range(len(placement.deployments))]
+    if pooled is not None:  # (it asks the decode pool too)
+        schedulers = [pooled.prefill_scheduler()]
     pattern = getattr(spec, "pattern", None)
     length_field = (
         ("workload.pattern", pattern)
@@ -351,7 +244,9 @@ def simulate(
                 raise ConfigError(
                     f"autoscale.engines.{name}", "{...}", f"cannot serve the workload: {err}"
                 ) from None
-    if autoscaling is None:
+    if pooled is not None:
+        replica_engines = pooled.replica_engines()
+    elif autoscaling is None:
         replica_engines = [[setup.engine(m) for m in models] for models in placement.replica_models]
     else:
         initial = autoscaling.variants[autoscaling.initial]
@@ -362,11 +257,15 @@ def simulate(
         [d.memory.num_blocks for d in placement.deployments],
         None if folder is None else folder.temporary(STEPS_SPILL),
         run.output.step_bucket_s,
+        replica_pools=None if pooled is None else pooled.replica_pools,
     )
     requests_sink: TableSink
     steps_sink: TableSink
     requests_columns = requests_schema(
-        run.kv.prefix_caching, workload.sessions is not None, setup.host_tiers is not None
+        run.kv.prefix_caching,
+        workload.sessions is not None,
+        setup.host_tiers is not None,
+        disaggregated=pooled is not None,
     )
     if folder is None:
         requests_sink, steps_sink = MemorySink(requests_columns), MemorySink(step_log.schema)
@@ -387,7 +286,10 @@ def simulate(
             horizon_s=run.sim.horizon_s,
             on_request_done=on_done,
             frontend_token_s=run.frontend.token_s,
+            routed_replicas=None if pooled is None else pooled.prefill.replicas,
         )
+        if pooled is not None:
+            pooled.connect(cluster.env, cluster.replicas, run.seed)
         scaling_log = None
         if autoscaling is not None:
             scaling_log = ScalingLog()
@@ -408,16 +310,29 @@ def simulate(
             requests_sink.column,
             totals,
             slo=run.slo,
-            num_gpus=num_replicas * deployment.num_gpus,  # (an autoscaled fleet: its peak)
+            # (an autoscaled fleet: its peak)
+            num_gpus=num_replicas * deployment.num_gpus if pooled is None else pooled.num_gpus,
             num_replicas=num_replicas,
-            kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments],
+            kv_capacity_tokens=[d.memory.kv_capacity_tokens for d in placement.deployments]
+            if pooled is None
+            else [pooled.setups[1].kv_capacity_tokens],
             gpu=deployment.gpu,
             cost=run.cost,
             warmup_requests=workload.warmup_requests,
             # a closed loop or a capped client sends only as the fleet lets it
             paced_by_client=workload.concurrency is not None,
             scaling=None if scaling_log is None else (scaling_log, run.autoscale),
+            billed=None if pooled is None else pooled.billed(run.cost),
         )
+        if pooled is not None:
+            summary["disaggregation"] = pools = disaggregation_summary(
+                pooled, step_log.pool_totals, requests_sink.column, summary["duration_s"], run.cost
+            )
+            if pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]:
+                # the fleet's $/GPU-hour is then a mean over GPUs of two prices
+                summary["cost"]["price_source"] = (
+                    "each pool's GPUs at their own price (disaggregation.*.usd_per_gpu_hour)"
+                )
         if autoscaling is not None:  # what each engine configuration was
             summary["autoscale"]["engines"] = {
                 name: variant.description for name, variant in autoscaling.variants.items()
@@ -425,6 +340,7 @@ def simulate(
         if workload.notes:  # how the workload was built, where a reader must know (a day
             # stretched from an hour-long trace)
             summary["workload_notes"] = list(workload.notes)
+        summary.update(spec_decode_summary(run.spec_decode, cluster.replicas))  # (if on)
         if run.kv.prefix_caching:
             summary["prefix_cache"] = prefix_cache_summary(
                 [e.scheduler.kv for replica in cluster.replicas for e in replica.engines]

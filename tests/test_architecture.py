@@ -39,6 +39,12 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.scaling",  # the autoscaler's log of the fleet's changes
         "config.autoscale",  # the autoscaler's settings
     },
+    # speculative decoding built for an engine configuration: the drafter's deployment and
+    # step-time model (config, catalog), the engine's draws and priced steps (engine)
+    "spec_decode": BASICS | {"config", "catalog", "engine"},
+    # what a run deploys, built from its config for the composition root (sim.run): a
+    # disaggregated fleet's pools and their engines, priced and summed up
+    "deploy": BASICS | {"config", "catalog", "engine", "fleet", "output", "spec_decode"},
     # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
     "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
     "sweeps": BASICS | {"config", "output.run_files"},

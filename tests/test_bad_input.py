@@ -105,6 +105,17 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
     ("frontend negative", ["frontend.token_s=-1"], "frontend.token_s=-1"),
     ("linear c0 negative", ["step_time=linear", "step_time.c0=-1"], "step_time.c0=-1"),
     ("traffic share 2", ["placement=colocated", "placement.traffic_share=2"], "placement.traff"),
+    (
+        "pools beyond the fleet",
+        ["placement=disaggregated", "fleet.replicas=2", "placement.prefill.replicas=2"],
+        "placement.prefill.replicas=2",
+    ),
+    ("kv link unknown", ["placement=disaggregated", "placement.kv_link=pigeon"], "placement.kv_l"),
+    (
+        "decode pool gpu unknown",
+        ["placement=disaggregated", "placement.decode.hardware=h900"],
+        "placement.decode.settings.hardware='h900'",
+    ),
     ("steps mode", ["output.steps=some"], "output.steps='some'"),
     ("bucket zero", ["output.step_bucket_s=0"], "output.step_bucket_s=0"),
     ("length dist unknown", [*POISSON, "workload.prompt_tokens={dist:nope}"], "workload.prompt"),
@@ -186,6 +197,51 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         "every request beyond the KV cache",
         [*POISSON, "kv.num_blocks=10", "workload.prompt_tokens=1000"],
         "workload.prompt_tokens=1000",
+    ),
+    # speculative decoding (sim.spec_decode)
+    ("draft tokens 17", ["spec_decode.num_draft_tokens=17"], "spec_decode.num_draft_tokens=17"),
+    ("acceptance 1.5", ["spec_decode.acceptance_rate=1.5"], "spec_decode.acceptance_rate=1.5"),
+    ("draft method", ["spec_decode.method=eagle"], "spec_decode.method='eagle'"),
+    ("draft cost negative", ["spec_decode.draft_cost=-1"], "spec_decode.draft_cost=-1"),
+    (
+        "acceptance list too short",
+        ["spec_decode.num_draft_tokens=3", "spec_decode.acceptance_rate=[0.9,0.8]"],
+        "spec_decode.acceptance_rate=[0.9, 0.8]: has 2 positions",
+    ),
+    (
+        "draft model unnamed",
+        ["spec_decode.num_draft_tokens=2", "spec_decode.method=draft_model"],
+        "spec_decode.draft_model=None",
+    ),
+    (
+        "draft model bigger",
+        [
+            "spec_decode.num_draft_tokens=2",
+            "spec_decode.method=draft_model",
+            "spec_decode.draft_model=llama31_70b",
+        ],
+        "spec_decode.draft_model='llama31_70b': Llama-3.1-70B (70.6B parameters) is bigger",
+    ),
+    (
+        "draft model of another vocabulary",
+        [
+            "model=llama31_70b",
+            "fleet.tp=4",
+            "spec_decode.num_draft_tokens=2",
+            "spec_decode.method=draft_model",
+            "spec_decode.draft_model=llama2_7b",
+        ],
+        "spec_decode.draft_model='llama2_7b': its vocabulary (32,000 tokens)",
+    ),
+    (
+        "speculating static batches",
+        ["scheduler=static", "spec_decode.num_draft_tokens=2"],
+        "spec_decode.num_draft_tokens=2: speculative decoding is not modelled with scheduler=st",
+    ),
+    (
+        "budget below a decode's drafts",
+        ["spec_decode.num_draft_tokens=4", "scheduler.max_num_batched_tokens=3"],
+        "scheduler.max_num_batched_tokens=3: must be >= 1 + spec_decode.num_draft_tokens (5)",
     ),
 ]
 

@@ -7,6 +7,7 @@
 - ``memory``: one GPU's memory split into weights, a reserve and KV blocks;
 - ``deployment``: one replica (model, GPU, precisions, TP, memory plan) built from the config;
 - ``placement``: which models a fleet serves and which replicas serve each.
+- ``pools``: a disaggregated fleet's prefill and decode pools, and the KV link between them.
 
 May import: ``sim.errors``, ``sim.rng``, ``sim.config``. Add a GPU or a model as a YAML file in
 ``configs/hardware/`` or ``configs/model/`` (or run a config.json with ``model=hf``); no code

@@ -29,6 +29,7 @@ from sim.config.compose import load_option
 from sim.config.schema import (
     DedicatedPlacement,
     DeploymentConfig,
+    DisaggregatedPlacement,
     ModelConfig,
     PlacementConfig,
     SinglePlacement,
@@ -63,6 +64,8 @@ def build_placement(
     first = build_deployment(cfg)
     if isinstance(placement, SinglePlacement):
         return Placement("single", (first,), ((0,),) * num_replicas, (1.0,))
+    # (two pools of one model are built by sim.deploy.disaggregated)
+    assert not isinstance(placement, DisaggregatedPlacement), "a disaggregated fleet's pools"
     second_model = load_option("model", placement.second_model, "placement.second_model")
     second_cfg = cfg.model_copy(update={"model": ModelConfig.from_config(second_model)})
     share = placement.traffic_share

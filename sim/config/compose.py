@@ -182,11 +182,17 @@ ENGINE_GROUP_OPTIONS = ("hardware", "scheduler", "step_time")  # a name here loa
 RUN_WIDE_KEYS = ("kv.prefix_caching", "kv.cpu_offload_gib")  # no engine may change these
 
 
-def with_settings(cfg: dict[str, Any], settings: Mapping[str, Any], field: str) -> dict[str, Any]:
+def with_settings(
+    cfg: dict[str, Any],
+    settings: Mapping[str, Any],
+    field: str,
+    counts_from: str = "the schedule gives the counts",
+) -> dict[str, Any]:
     """A copy of the composed ``cfg`` with ``settings`` (``{"hardware": "h200",
     "precision.weights": "fp8", ...}``) applied: a group of ``ENGINE_GROUP_OPTIONS`` set to a
     name takes that option whole, a dotted key sets one value of a key the group has. Errors
-    name ``field.KEY``."""
+    name ``field.KEY``; ``counts_from`` says where the replica counts come from instead
+    (``fleet.replicas`` is not an engine setting)."""
     import copy
 
     out = copy.deepcopy(cfg)
@@ -198,7 +204,7 @@ def with_settings(cfg: dict[str, Any], settings: Mapping[str, Any], field: str) 
                 where,
                 value,
                 "is the same for the whole run (the workload's prefix groups and the host tier "
-                "are built once): set it outside autoscale.engines",
+                f"are built once): set it outside {field.rsplit('.', 1)[0]}",
             )
         if group not in ENGINE_GROUPS or key == "fleet.replicas":
             raise ConfigError(
@@ -206,7 +212,7 @@ def with_settings(cfg: dict[str, Any], settings: Mapping[str, Any], field: str) 
                 value,
                 "an engine configuration sets only "
                 + ", ".join(f"{g}.*" for g in ENGINE_GROUPS)
-                + " (not fleet.replicas: the schedule gives the counts)",
+                + f" (not fleet.replicas: {counts_from})",
             )
         if not rest:
             if group not in ENGINE_GROUP_OPTIONS:

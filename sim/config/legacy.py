@@ -52,6 +52,14 @@ ADDED_GROUPS: dict[str, dict[str, Any]] = {
         "schedule": None,
         "engines": {},
     },
+    # configs/spec_decode/default.yaml: off, every decode one token as before it
+    "spec_decode": {
+        "num_draft_tokens": 0,
+        "acceptance_rate": 0.8,
+        "method": "mtp",
+        "draft_model": None,
+        "draft_cost": None,
+    },
 }
 # Keys added to a group since, likewise (a trace workload's keys only where kind is trace).
 ADDED_KEYS: dict[tuple[str, str], Any] = {

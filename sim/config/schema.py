@@ -8,7 +8,8 @@ or two fields at once (tp dividing the attention heads, a GPU that can run FP4) 
 the meaning is known (``sim.catalog``, ``sim.workload``).
 
 The ``workload`` group's shapes are in ``sim.config.workload_schema``, the ``autoscale``
-group's in ``sim.config.autoscale``; ``RunConfig`` here holds them all.
+group's in ``sim.config.autoscale``, the ``spec_decode`` group's in ``sim.config.spec_decode``;
+``RunConfig`` here holds them all.
 
 The policy groups (``scheduler``, ``step_time``, ``router``) name a class in ``_target_``; their
 options are checked against that class's signature when it is built (``sim.config.build``).
@@ -28,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.autoscale import AutoscaleConfig
+from sim.config.spec_decode import SpecDecodeConfig
 from sim.config.validation import (
     INT32_MAX,
     MAX_REPLICAS,
@@ -248,8 +250,40 @@ class DedicatedPlacement(StrictModel):
     second_model_replicas: Annotated[Int, Field(ge=1, le=MAX_REPLICAS)] | None = None
 
 
+class PoolConfig(StrictModel):
+    """One pool of a disaggregated fleet (``sim.catalog.pools``): its replica count, and what
+    it changes of the run's own deployment (null: the run's)."""
+
+    replicas: Annotated[Int, Field(ge=1, le=MAX_REPLICAS)] | None = None
+    hardware: Text | None = None  # a name from configs/hardware/
+    tp: Annotated[Int, Field(ge=1, le=1024)] | None = None
+    weights: Literal["bf16", "fp16", "fp8", "fp4"] | None = None
+    kv_precision: Literal["bf16", "fp16", "fp8"] | None = None
+    scheduler: Text | None = None  # a name from configs/scheduler/
+    # any other keys over the run's config, as autoscale.engines: {scheduler.max_num_seqs: 512}
+    # (null in the YAML, so that a command line can set the whole mapping without a +)
+    settings: dict[str, Any] | None = None
+
+
+class KvLinkConfig(StrictModel):
+    """A KV-transfer link given by its figures instead of a catalog name."""
+
+    gb_per_s: Positive  # each way, per GPU, decimal GB/s
+    latency_us: NonNegative
+
+
+class DisaggregatedPlacement(StrictModel):
+    mode: Literal["disaggregated"]
+    prefill: PoolConfig = PoolConfig(replicas=1)
+    decode: PoolConfig = PoolConfig()
+    decode_router: Text = "least_outstanding"  # a name from configs/router/
+    kv_link: Literal["nvlink", "infiniband", "roce", "ethernet"] | KvLinkConfig = "infiniband"
+    kv_transfer_overlap: bool = True
+
+
 PlacementConfig = Annotated[
-    SinglePlacement | ColocatedPlacement | DedicatedPlacement, Field(discriminator="mode")
+    SinglePlacement | ColocatedPlacement | DedicatedPlacement | DisaggregatedPlacement,
+    Field(discriminator="mode"),
 ]
 
 
@@ -351,6 +385,7 @@ class RunConfig(DeploymentConfig):
     cost: CostConfig = CostConfig()
     output: OutputConfig = OutputConfig()
     autoscale: AutoscaleConfig = AutoscaleConfig()
+    spec_decode: SpecDecodeConfig = SpecDecodeConfig()
     seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
     output_dir: str | None = None
 

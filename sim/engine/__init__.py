@@ -7,6 +7,8 @@ and the step-time models.
   later requests, least recently freed evicted first);
 - ``host_tier``: a prefix cache's second tier, the blocks it evicted kept in host memory;
 - ``step_shape``: the work of one step (P, D, Ap, Ad), all a step-time model may see;
+- ``speculation``: speculative decoding: the drafts a step keeps (seeded acceptance draws) and
+  a step priced with its verification width and its drafter;
 - ``scheduler/``: who advances each step, one file per policy (add one: a file + a YAML);
 - ``step_time/``: how long a step takes, one file per model (add one: a file + a YAML).
 

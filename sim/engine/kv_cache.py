@@ -258,6 +258,16 @@ class KVCache:
                 hi = mid - 1
         return lo
 
+    def decode_growth_blocks(self, decodes: list[Request], num_steps: int) -> int:
+        """The blocks ``grow_decodes(decodes, num_steps)`` would add, adding none."""
+        block = self.block_size
+        grown = 0
+        for request in decodes:
+            step = request.kv_slots - request.num_computed_tokens + 1
+            if step <= num_steps:
+                grown += (num_steps - step) // block + 1
+        return grown
+
     def grow_decodes(self, decodes: list[Request], num_steps: int) -> list[int] | np.ndarray:
         """Grow every request in ``decodes`` by ``num_steps`` tokens (before the scheduler
         counts them computed); return the blocks in use during each of those steps (a numpy

@@ -13,12 +13,17 @@ from the prefill), split so that every output token after the first comes from a
 which keeps a step's ``num_decode_tokens`` equal to the output tokens it produced after the
 first ones.
 
+With speculative decoding (``sim.engine.speculation``) a decode also computes K drafts, and at
+the step's end the request keeps 1 + the drafts accepted: its computed and generated tokens grow
+together by that many (never past ``output_tokens``), so ``is_decoding`` still holds, and the
+step's ``num_decode_tokens`` counts those tokens.
+
 A scheduler advances a request and reports which requests sampled their first token and which
 finished; it never writes the times a client sees. The replica (or its frontend, which streams
 tokens later) stamps ``first_token_time_s`` and ``completion_time_s``, once each.
 
-What it leaves out: speculative decoding, and the content of the tokens (only counts matter,
-and, for a prefix cache, keys for the prompt's blocks).
+What it leaves out: the content of the tokens (only counts matter, and, for a prefix cache,
+keys for the prompt's blocks).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ RUNNING = "running"
 COMPLETED = "completed"
 REJECTED = "rejected"
 UNFINISHED = "unfinished"
+TRANSFERRING = "transferring"  # prefilled, its KV on the way to a decode replica (disaggregation)
 
 
 @dataclass(slots=True, eq=False)
@@ -77,6 +83,13 @@ class Request:
     """Which turn of its session it is, from 0."""
     last_turn: bool = True
     """Whether no turn of its session follows it."""
+    prefill_replica_id: int | None = None
+    """With a disaggregated fleet (``sim.fleet.disaggregation``), the replica that prefilled the
+    request; ``replica_id`` is then its decode replica once one is chosen."""
+    transfer_start_s: float | None = None
+    """When its KV began to move to the decode replica (room there, and the link, free)."""
+    transfer_end_s: float | None = None
+    """When the KV had arrived (None: not within the run)."""
 
     @property
     def num_tokens(self) -> int:

@@ -7,6 +7,8 @@
 - ``cluster``: the replicas behind the router, fed by the workload;
 - ``autoscaler``: replicas asked for, provisioned, drained and released as the run goes (a
   metric policy or a schedule);
+- ``disaggregation``: prefilled requests' KV moved from a prefill pool to a decode pool
+  (room kept, links, transfers, back-pressure);
 - ``admission``: the requests no replica can ever serve, found before the run.
 
 May import: ``sim.engine``, ``sim.workload``, ``sim.output.metrics`` (the step rows a replica

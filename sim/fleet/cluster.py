@@ -50,11 +50,14 @@ class Cluster:
         horizon_s: float | None = None,
         on_request_done: Callable[[Request], None] | None = None,
         frontend_token_s: float = 0.0,
+        routed_replicas: int | None = None,
     ) -> None:
         """``replica_engines[i]`` lists what replica ``i`` serves: one engine for a replica of
         one model, several for a GPU shared by models. ``model_ids`` says which model each
         request asks for (all model 0 when None). ``frontend_token_s`` > 0 gives every replica
-        a frontend (``sim.fleet.frontend``)."""
+        a frontend (``sim.fleet.frontend``). ``routed_replicas``: only the first that many
+        replicas take requests from the router (a disaggregated fleet's prefill pool; the
+        decode pool's are fed by ``sim.fleet.disaggregation``); None: all of them."""
         self.env = simpy.Environment()
         self.workload = workload
         self.router = router
@@ -76,7 +79,7 @@ class Cluster:
         self._draining: dict[int, Callable[[Replica], None]] = {}
         # the replicas that serve each model, in replica order, for the router to choose from
         self._hosts: dict[int, list[Replica]] = {}
-        for replica in self.replicas:
+        for replica in self.replicas[:routed_replicas]:
             for engine in replica.engines:
                 self._hosts.setdefault(engine.model_id, []).append(replica)
         for replica in self.replicas:
@@ -194,6 +197,12 @@ class Cluster:
             # its own pools: an autoscaled fleet's replicas may run other engine configurations
             [e.scheduler.kv.num_blocks for e in replica.engines],
         )
+
+    def _flush_if_full(self, replica: Replica) -> None:
+        engines = replica.engines
+        held = len(engines[0].steps) if len(engines) == 1 else sum(len(e.steps) for e in engines)
+        if held >= FLUSH_ROWS:
+            self._flush_steps(replica)
 
     def _issue(
         self, arrival_time_s: float, caller_priority: int, session_row: int | None = None
@@ -319,12 +328,9 @@ class Cluster:
             if not self.replicas[request.replica_id].num_outstanding:
                 self._draining.pop(request.replica_id)(self.replicas[request.replica_id])
         if request.replica_id is not None:
-            engines = self.replicas[request.replica_id].engines
-            held = (
-                len(engines[0].steps) if len(engines) == 1 else sum(len(e.steps) for e in engines)
-            )
-            if held >= FLUSH_ROWS:
-                self._flush_steps(self.replicas[request.replica_id])
+            self._flush_if_full(self.replicas[request.replica_id])
+            if request.prefill_replica_id is not None:  # (disaggregated: it prefilled there)
+                self._flush_if_full(self.replicas[request.prefill_replica_id])
         if self._progress is not None:
             self._progress(request)
         if not self._closed_loop:

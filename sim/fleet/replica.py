@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.engine.request import REJECTED, Request
+from sim.engine.request import REJECTED, TRANSFERRING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.engine.step_time.base import StepTimeModel
@@ -97,7 +97,21 @@ class Replica:
         # or it was cut already) and how many of its steps will run
         self._stretch_end_times: Any = None
         self._stretch_steps = 0
+        # the stretch in flight, cut or not (None between stretches): its decodes and step
+        # end times, for the KV it has grown but not yet applied (``unapplied_kv_blocks``)
+        self._stretch_decodes: list[Request] | None = None
+        self._stretch_times: Any = None
+        # KV blocks taken (or given back) from outside the stretch while it ran: a transfer's
+        # room kept or its KV arrived (sim.fleet.disaggregation), which the stretch's own
+        # step rows, planned before, must not count
+        self._outside_blocks = 0
         self.process: simpy.Process | None = None
+        # disaggregation (sim.fleet.disaggregation): a prefill replica hands each prefilled
+        # request to ``on_handoff``; a decode replica with transfers waiting for room calls
+        # ``on_room`` after each step
+        self.on_handoff: Callable[[Request, Replica], None] | None = None
+        self.on_room: Callable[[Replica], object] | None = None
+        self.transfers_waiting = 0
         # busy time (steps back to back while there is work), for an autoscaler's utilisation:
         # the busy periods that ended, and the start of the one under way
         self._busy_before_s = 0.0
@@ -213,6 +227,60 @@ class Replica:
         self._stretch_steps = num_steps
         wait_instead(self.process, float(end_times[num_steps - 1]), self.priority)
 
+    def expect(self, request: Request) -> None:
+        """A prefilled ``request`` is coming here to decode: it counts as routed here from now
+        (a router weighs it), though its KV is still to arrive (``receive``)."""
+        request.replica_id = self.replica_id
+        self.num_routed += 1
+        self._count_load()
+        self.num_outstanding += 1
+        self.committed_tokens += request.prompt_tokens + request.output_tokens
+
+    def receive(self, request: Request, caller_priority: int) -> None:
+        """The KV of ``request`` has arrived (it holds its blocks here): it joins the running
+        batch now, as an arrival does."""
+        self.engines[0].scheduler.admit_transferred(request)
+        if self._wakeup is not None:
+            self.wake()
+        else:
+            self.end_stretch_now(caller_priority)
+
+    def unapplied_kv_blocks(self, caller_priority: int) -> int:
+        """KV blocks a decode stretch in flight has grown by the step in progress (stepping one
+        by one, each step grows its KV when planned) that its KV cache has not counted yet (a
+        stretch applies them at its end); 0 outside a stretch."""
+        decodes = self._stretch_decodes
+        if decodes is None:
+            return 0
+        steps = min(
+            self._stretch_steps, self._steps_ended(self._stretch_times, caller_priority) + 1
+        )
+        return self.engines[0].scheduler.kv.decode_growth_blocks(decodes, steps)
+
+    def kv_changed_outside(self, blocks: int) -> None:
+        """``blocks`` of this replica's KV were taken (negative: released) by something other
+        than its steps, now. A decode stretch under way ends with its step in progress, and
+        its rows, which were all planned before, leave them out."""
+        if self._stretch_decodes is not None:
+            self._outside_blocks += blocks
+
+    @property
+    def idle(self) -> bool:
+        """Whether the replica is waiting for work (no step under way)."""
+        return self._wakeup is not None
+
+    def end_stretch_now(self, caller_priority: int) -> None:
+        """Something must be looked at when the step in progress ends: a decode stretch under
+        way ends with it (as an arrival ends it)."""
+        if self._stretch_end_times is not None:
+            self._cut_stretch(caller_priority)
+
+    def wake(self) -> None:
+        """Plan again if idle: a prefill replica whose KV a finished transfer released."""
+        if self._wakeup is not None:
+            wakeup, self._wakeup = self._wakeup, None
+            wakeup.succeed()
+
     def _forget(self, request: Request) -> None:
         self._count_load()
         self.num_outstanding -= 1
@@ -225,6 +293,11 @@ class Replica:
         the last token is streamed (at once without a frontend, never past the horizon)."""
         env = self.env
         for request in finished:
+            if request.status is TRANSFERRING:  # prefilled: its decode is another replica's
+                assert self.on_handoff is not None
+                self._forget(request)
+                self.on_handoff(request, self)
+                continue
             heard_s = request.completion_time_s
             if heard_s is None:
                 continue  # streamed after the horizon: the client never hears within the run
@@ -263,12 +336,7 @@ class Replica:
             else:
                 engine = self._next_engine(turn)
             if engine is None:
-                if self._busy_since_s is not None:
-                    self._busy_before_s += env.now - self._busy_since_s
-                    self._busy_since_s = None
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._busy_since_s = env.now
+                yield from self._sleep()
                 continue
             if single is None:
                 turn = self.engines.index(engine) + 1
@@ -277,10 +345,15 @@ class Replica:
             plan = scheduler.schedule()
             if scheduler.kv.pending_loaded_tokens:  # its admissions copy KV from host memory
                 plan.host_loaded_tokens = scheduler.kv.take_loaded_tokens()
-            assert not plan.is_empty, (
-                f"replica {self.replica_id}: scheduler planned nothing with "
-                f"{scheduler.num_outstanding} requests outstanding"
-            )
+            if plan.is_empty:
+                # only a prefill replica whose KV waits on transfers plans nothing: it sleeps
+                # until one ends (``wake``) or a request arrives
+                assert scheduler.decode_pool is not None, (
+                    f"replica {self.replica_id}: scheduler planned nothing with "
+                    f"{scheduler.num_outstanding} requests outstanding"
+                )
+                yield from self._sleep()
+                continue
             for request, _ in plan.prefills:
                 if request.first_scheduled_time_s is None:
                     request.first_scheduled_time_s = start
@@ -291,15 +364,15 @@ class Replica:
                 duration = engine.step_time.step_time_s(plan.shape())
                 blocks_used = scheduler.kv.num_used_blocks
                 yield timeout_at(env, start + duration, self.priority)
-                engine.steps.add(
+                first_tokens, finished = scheduler.on_step_end(plan)
+                engine.steps.add(  # (after on_step_end: it counts the decodes' tokens)
                     start,
                     duration,
                     plan.num_prefill_tokens,
-                    len(plan.decodes),
+                    plan.num_decode_tokens,
                     plan.num_seqs,
                     blocks_used,
                 )
-                first_tokens, finished = scheduler.on_step_end(plan)
                 # The one place a step's tokens are dated: now, or when the frontend streams
                 # them (one per request that sampled, in the step's order).
                 if frontend is not None:
@@ -309,11 +382,25 @@ class Replica:
                     for request in first_tokens:
                         request.first_token_time_s = now
                     for request in finished:
-                        request.completion_time_s = now
+                        if request.status is not TRANSFERRING:
+                            request.completion_time_s = now
             else:
                 finished = yield from self._decode_stretch(engine, plan, num_steps)
             if finished:
                 self._done(finished)
+            if self.transfers_waiting:
+                assert self.on_room is not None
+                self.on_room(self)
+
+    def _sleep(self) -> Generator[simpy.Event, Any, None]:
+        """Wait for work (``wake``), the busy period ending now."""
+        env = self.env
+        if self._busy_since_s is not None:
+            self._busy_before_s += env.now - self._busy_since_s
+            self._busy_since_s = None
+        self._wakeup = env.event()
+        yield self._wakeup
+        self._busy_since_s = env.now
 
     def _decode_stretch(
         self, engine: Engine, plan: StepPlan, num_steps: int
@@ -334,11 +421,18 @@ class Replica:
         if self.frontend is not None:
             self.frontend.begin_stretch(end_times, plan.decodes)
         self._stretch_end_times, self._stretch_steps = end_times, num_steps
+        self._stretch_decodes, self._stretch_times = plan.decodes, end_times
         # an arrival may move this wait to an earlier step's end (_cut_stretch)
         yield timeout_at(env, float(end_times[num_steps - 1]), self.priority)
-        self._stretch_end_times = None
+        self._stretch_end_times = self._stretch_decodes = self._stretch_times = None
         num_steps = self._stretch_steps
         finished, blocks_used = engine.scheduler.advance_decodes(plan, num_steps)
+        if self._outside_blocks:
+            outside, self._outside_blocks = self._outside_blocks, 0
+            if isinstance(blocks_used, np.ndarray):
+                blocks_used = blocks_used - outside
+            else:
+                blocks_used = [used - outside for used in blocks_used]
         if self.frontend is not None:
             self.frontend.end_stretch(num_steps)
         else:

@@ -70,13 +70,24 @@ REQUESTS_SCHEMA = pa.schema(
 CACHED_PROMPT_TOKENS = "cached_prompt_tokens"
 HOST_CACHED_PROMPT_TOKENS = "host_cached_prompt_tokens"
 SESSION_COLUMNS = (("session_id", pa.int64()), ("turn", pa.int32()))
+# with a disaggregated fleet (placement=disaggregated), four more: where the request prefilled
+# and decoded (null: not that far), and when its KV transfer began and ended
+TRANSFER_COLUMNS = (
+    ("prefill_replica_id", pa.int32()),
+    ("decode_replica_id", pa.int32()),
+    ("transfer_start_s", pa.float64()),
+    ("transfer_end_s", pa.float64()),
+)
 
 
 def requests_schema(
-    prefix_caching: bool = False, sessions: bool = False, host_tier: bool = False
+    prefix_caching: bool = False,
+    sessions: bool = False,
+    host_tier: bool = False,
+    disaggregated: bool = False,
 ) -> pa.Schema:
     """``requests.parquet``'s columns for a run with or without a prefix cache (and its host
-    tier) and sessions."""
+    tier), sessions and disaggregation."""
     schema = REQUESTS_SCHEMA
     if prefix_caching:
         schema = schema.append(pa.field(CACHED_PROMPT_TOKENS, pa.int32()))
@@ -84,6 +95,9 @@ def requests_schema(
         schema = schema.append(pa.field(HOST_CACHED_PROMPT_TOKENS, pa.int32()))
     if sessions:
         for name, kind in SESSION_COLUMNS:
+            schema = schema.append(pa.field(name, kind))
+    if disaggregated:
+        for name, kind in TRANSFER_COLUMNS:
             schema = schema.append(pa.field(name, kind))
     return schema
 
@@ -146,11 +160,33 @@ def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA)
     if "session_id" in schema.names:
         columns["session_id"] = np.fromiter((r.session_id for r in requests), np.int64, n)
         columns["turn"] = np.fromiter((r.turn for r in requests), np.int32, n)
+    if "prefill_replica_id" in schema.names:
+        columns.update(_transfer_columns(requests))
     arrays = [
         c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
         for f in schema
     ]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _transfer_columns(requests: list[Request]) -> dict[str, pa.Array]:
+    """A disaggregated run's columns (``TRANSFER_COLUMNS``): the decode replica is the one
+    the request was handed to (its ``replica_id`` from then on)."""
+    handed = [r.prefill_replica_id is not None for r in requests]
+    return {
+        "prefill_replica_id": pa.array(
+            [
+                r.prefill_replica_id if h else r.replica_id
+                for r, h in zip(requests, handed, strict=True)
+            ],
+            pa.int32(),
+        ),
+        "decode_replica_id": pa.array(
+            [r.replica_id if h else None for r, h in zip(requests, handed, strict=True)], pa.int32()
+        ),
+        "transfer_start_s": _floats(_optional([r.transfer_start_s for r in requests])),
+        "transfer_end_s": _floats(_optional([r.transfer_end_s for r in requests])),
+    }
 
 
 def prefix_cache_summary(caches: list[KVCache]) -> dict[str, float | int | None]:
@@ -201,6 +237,7 @@ def summarize(
     warmup_requests: int = 0,
     paced_by_client: bool = False,
     scaling: tuple[ScalingLog, AutoscaleConfig] | None = None,
+    billed: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
     gives one of its columns as numpy; each is read once and let go, so a long run's table need
@@ -215,6 +252,8 @@ def summarize(
     ``scaling``: an autoscaled fleet's log (``sim.output.scaling``): the fleet is billed for
     the GPUs it held over the span, ``num_gpus`` and ``num_replicas`` are its peak, and the busy
     fraction is of the replica-seconds that could run steps.
+    ``billed``: a fixed fleet of mixed GPUs (a disaggregated one's pools), its GPUs and
+    $/hour, each GPU at its own price.
     """
     status = column("status")
     completed = status == COMPLETED
@@ -262,7 +301,6 @@ def summarize(
         del values
     busy = steps.busy_s
     busy_fraction = (busy / (span_s * num_replicas)) if span_s > 0 else None
-    billed = None  # an autoscaled fleet's mean GPUs and $/hour over the span
     autoscale = None
     if scaling is not None:
         log, config = scaling

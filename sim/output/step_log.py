@@ -140,14 +140,23 @@ class StepLog:
         kv_num_blocks: Sequence[int],
         spill_path: Path | None = None,
         bucket_s: float = 60.0,
+        replica_pools: Sequence[str] | None = None,
     ) -> None:
         """``kv_num_blocks[m]`` is model ``m``'s KV pool in blocks; pieces beyond
-        ``SPILL_BYTES`` go to ``spill_path`` (None: they all stay in memory)."""
+        ``SPILL_BYTES`` go to ``spill_path`` (None: they all stay in memory).
+        ``replica_pools[r]``: the pool replica ``r`` belongs to in a disaggregated fleet; the
+        rows then gain a ``pool`` column, and each pool has its own totals
+        (``pool_totals``)."""
         assert mode in STEP_MODES, f"output.steps: {mode}"
         self.mode = mode
         self.bucket_s = bucket_s
         self.schema = BUCKETED_STEPS_SCHEMA if mode == "bucketed" else STEPS_SCHEMA
         self.totals = StepTotals()
+        self._replica_pools = replica_pools
+        self.pool_totals: dict[str, StepTotals] = {}
+        if replica_pools is not None:
+            self.schema = self.schema.append(pa.field("pool", pa.string()))
+            self.pool_totals = {pool: StepTotals() for pool in dict.fromkeys(replica_pools)}
         self._kv_blocks = np.asarray(kv_num_blocks, dtype=np.float64)
         self._spill = Spill(self.schema, spill_path, SPILL_BYTES)
         self._open: dict[int, dict[int, _OpenBucket]] = {}  # replica -> model -> bucket
@@ -172,9 +181,11 @@ class StepLog:
                 pools[model_id] = blocks
         kv_share = columns["kv_blocks_used"] / pools[columns["model_id"]]
         self.totals.add(replica_id, columns, kv_share)
+        if self._replica_pools is not None:
+            self.pool_totals[self._replica_pools[replica_id]].add(replica_id, columns, kv_share)
         if self.mode == "full":
             columns["replica_id"] = np.full(len(kv_share), replica_id, np.int32)
-            self._spill.add(replica_id, _table(columns, STEPS_SCHEMA))
+            self._spill.add(replica_id, self._table(replica_id, columns))
         elif self.mode == "bucketed":
             self._bucket(replica_id, columns, final=False)
 
@@ -231,7 +242,17 @@ class StepLog:
             "num_steps",
         ):
             table[name] = np.array([v[name] for _, _, v in rows])
-        self._spill.add(replica_id, _table(table, BUCKETED_STEPS_SCHEMA))
+        self._spill.add(replica_id, self._table(replica_id, table))
+
+    def _table(self, replica_id: int, columns: dict[str, np.ndarray]) -> pa.Table:
+        """One replica's rows in the log's schema (its pool's name on every row)."""
+        schema = self.schema
+        if self._replica_pools is None:
+            return _table(columns, schema)
+        base = pa.schema([f for f in schema if f.name != "pool"])
+        rows = _table(columns, base)
+        pool = pa.array([self._replica_pools[replica_id]] * rows.num_rows, pa.string())
+        return rows.append_column(schema.field("pool"), pool)
 
 
 _SUMMED = ("duration_s", "num_prefill_tokens", "num_decode_tokens", "num_steps")

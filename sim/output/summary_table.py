@@ -16,8 +16,11 @@ def _num(x: float | None, digits: int = 3) -> str:
 
 
 def _placement(node: Mapping) -> str:
-    if node.get("mode", "single") == "single":
+    mode = node.get("mode", "single")
+    if mode == "single":
         return ""
+    if mode == "disaggregated":
+        return ", disaggregated prefill/decode"
     return f", {node['mode']} with {node['second_model']} ({node['traffic_share']:.0%} of requests)"
 
 
@@ -106,7 +109,8 @@ def format_summary(
         f"throughput: {_num(t['requests_per_s'])} req/s, {_num(t['output_tokens_per_s'])} "
         f"output tok/s, {_num(t['total_tokens_per_s'])} total tok/s",
         f"goodput:    {_num(good)} req/s meeting SLO ({bounds}){share}",
-        f"KV cache:   {summary['kv_capacity_tokens']:,} tokens per replica, "
+        f"KV cache:   {summary['kv_capacity_tokens']:,} tokens per "
+        f"{'decode replica' if summary.get('disaggregation') else 'replica'}, "
         f"mean use {_num(kv['mean'] and 100 * kv['mean'])}%, "
         f"peak {_num(kv['max'] and 100 * kv['max'])}%",
         f"cost:       ${cost['usd_per_hour']:,.2f}/hour, "
@@ -128,9 +132,49 @@ def format_summary(
             f"${scaled['usd_total']:,.2f} in all, {scaled['scale_ups']} replica(s) added, "
             f"{scaled['scale_downs']} removed ({scaled['provision_s']:g} s to provision)"
         )
+    lines += _pool_lines(summary.get("disaggregation"))
+    lines += _spec_decode_lines(summary.get("spec_decode"))
     if output_dir:
         lines.append(f"files:      {output_dir}")
     return "\n".join(lines)
+
+
+def _spec_decode_lines(spec: Mapping | None) -> list[str]:
+    """Speculative decoding in one line (``sim.spec_decode``), none when it was off."""
+    if not spec:
+        return []
+    drafter = spec["draft_model"] or spec["method"]
+    rate = spec["acceptance_rate"]
+    rate = "/".join(f"{a:g}" for a in rate) if isinstance(rate, list) else f"{rate:g}"
+    share = spec["drafter_time_share"]
+    return [
+        f"speculative: {spec['num_draft_tokens']} drafts ({drafter}, acceptance {rate}), "
+        f"{_num(spec['tokens_per_decode_step'])} tokens per decode step "
+        f"(expected {_num(spec['expected_tokens_per_decode_step'])}), "
+        f"drafter {_num(share and 100 * share)}% of step time"
+    ]
+
+
+def _pool_lines(pools: Mapping | None) -> list[str]:
+    """A disaggregated fleet's pools, one line each, and its KV transfers."""
+    if not pools:
+        return []
+    lines = [
+        f"{name + ' pool:':<14}{p['replicas']} x {p['gpus_per_replica']} {p['gpu']}, "
+        f"weights {p['weights']}, {p['scheduler']}, busy {_num(p['gpu_busy_fraction'])}, "
+        f"KV use mean {_num(p['kv_utilization']['mean'])} peak {_num(p['kv_utilization']['max'])}"
+        f", ${p['usd_per_hour']:,.2f}/hour"
+        for name, p in ((n, pools[n]) for n in ("prefill", "decode"))
+    ]
+    link, moved, wait = pools["kv_link"], pools["transfer_s"], pools["transfer_wait_s"]
+    lines.append(
+        f"KV transfer: {pools['transfers']:,} over {link['name']} "
+        f"({_num(link['gb_per_s'])} GB/s x {link['parallel_links']}"
+        f"{', overlapped' if link['overlap'] else ''}): p50 {_num(moved['p50'])} s, "
+        f"p99 {_num(moved['p99'])} s; first token to transfer start p50 {_num(wait['p50'])} s, "
+        f"p99 {_num(wait['p99'])} s"
+    )
+    return lines
 
 
 def _stability_lines(stability: dict | None) -> list[str]:

@@ -1,6 +1,9 @@
 """What a plan found, and how it is written and shown: per candidate its answer (the chosen
-replica count and every point evaluated, the what-ifs, the headroom), as ``plan.json``'s
-object, as ``plan.parquet``'s rows (one per simulation) and as the ranked table."""
+replica count and every point evaluated, the what-ifs, the headroom; a disaggregated fleet's
+pools, named ``2P1D: prefill 2 x H100-SXM $5.98/h, decode 1 x H200 $3.80/h``), as
+``plan.json``'s object, as ``plan.parquet``'s rows (one per simulation) and as the ranked
+table. Candidates rank by summary.json's ``cost.usd_per_hour``, which prices a disaggregated
+fleet's pools each at its own GPU's price."""
 
 from __future__ import annotations
 
@@ -32,6 +35,18 @@ class Answer:
     @property
     def chosen(self) -> Point | None:
         return None if self.replicas is None else self.points[self.replicas]
+
+    @property
+    def pools(self) -> dict[str, dict[str, Any]] | None:
+        """A disaggregated answer's pools (``pools_of``); None for a fleet of one pool."""
+        chosen = self.chosen
+        return None if chosen is None or not chosen.summaries else pools_of(chosen.summaries[0])
+
+    @property
+    def fleet(self) -> str | None:
+        """A disaggregated answer's pools in words: ``1P2D: prefill 1 x H100-SXM ...``."""
+        pools = self.pools
+        return None if pools is None else fleet_text(pools)
 
 
 def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
@@ -68,6 +83,9 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
         known = [c for c in per_million if c is not None]
         out["usd_per_million_output_tokens"] = sum(known) / len(known) if known else None
         out["replications"] = chosen.replications
+        if answer.pools is not None:
+            out["pools"] = answer.pools
+            out["fleet"] = answer.fleet
         out["miss_probability"] = chosen.miss_probability
         out["verdicts"] = [(s.get("stability") or {}).get("verdict") for s in chosen.summaries]
         out["whatifs"] = {
@@ -156,18 +174,19 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         f"({', '.join(plan_json['slo'])}); cheapest first, {confidence:.0%} intervals:",
     ]
     for rank, c in enumerate(feasible, 1):
+        pools = c.get("pools")
+        fleet = f" = {c['fleet']}" if pools else ""
         stats = "; ".join(
             f"{name.split()[0]} {_num(s['mean'])} [{_num(s['ci_low'])}, {_num(s['ci_high'])}]"
             for name, s in c["slo"].items()
         )
         lines.append(
-            f"{rank:>3}. {c['candidate']}: {c['replicas']} replica(s), "
+            f"{rank:>3}. {c['candidate']}: {c['replicas']} replica(s){fleet}, "
             f"${c['usd_per_hour']:,.2f}/hour, ${_num(c['usd_per_million_output_tokens'])}/M out"
             f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
         )
         extras = [
-            f"{name}: {w['replicas'] if w['replicas'] is not None else 'infeasible'}"
-            for name, w in c.get("whatifs", {}).items()
+            f"{name}: {_count(w['replicas'], pools)}" for name, w in c.get("whatifs", {}).items()
         ]
         room = c.get("headroom")
         if room:
@@ -183,3 +202,45 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
     return "\n".join(lines)
+
+
+def _count(replicas: int | None, pools: dict[str, dict[str, Any]] | None) -> str:
+    """A what-if's count: ``4``, ``4 (2P2D)`` for a disaggregated fleet, or ``infeasible``."""
+    if replicas is None:
+        return "infeasible"
+    return f"{replicas} ({xpyd(pools, replicas)})" if pools else str(replicas)
+
+
+# -- a disaggregated fleet's pools (placement=disaggregated) ----------------------------------
+
+POOLS = ("prefill", "decode")
+
+
+def pools_of(summary: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Each pool's replicas, GPU, GPUs per replica and $/hour, from a disaggregated run's
+    summary (None for a fleet of one pool)."""
+    block = summary.get("disaggregation")
+    if not block:
+        return None
+    keys = ("replicas", "gpu", "gpus_per_replica", "usd_per_hour")
+    return {name: {key: block[name][key] for key in keys} for name in POOLS}
+
+
+def xpyd(pools: dict[str, dict[str, Any]], total: int | None = None) -> str:
+    """``2P1D``; with ``total`` (a what-if's count), the same prefill pool at that total."""
+    prefill = pools["prefill"]["replicas"]
+    decode = pools["decode"]["replicas"] if total is None else total - prefill
+    return f"{prefill}P{decode}D"
+
+
+def fleet_text(pools: dict[str, dict[str, Any]]) -> str:
+    """``2P1D: prefill 2 x H100-SXM $5.98/h, decode 1 x H200 $3.80/h`` (a replica of several
+    GPUs: ``(2 GPUs each)``)."""
+
+    def one(name: str) -> str:
+        pool = pools[name]
+        gpus = pool["gpus_per_replica"]
+        each = f" ({gpus} GPUs each)" if gpus > 1 else ""
+        return f"{name} {pool['replicas']} x {pool['gpu']}{each} ${pool['usd_per_hour']:,.2f}/h"
+
+    return f"{xpyd(pools)}: {one('prefill')}, {one('decode')}"

@@ -8,7 +8,12 @@ The overrides that do not start with ``plan.`` describe the base run (the worklo
 bounds of ``slo.*``, anything a run takes); ``plan.*`` keys (``configs/plan/default.yaml``)
 say what to plan. Each candidate (one combination of ``plan.grid``) is searched
 (``sim.plan.search``) with each point replicated (``sim.plan.replications``) under seeds
-``seed, seed + 1, ...``, the same for every candidate. The plan folder holds:
+``seed, seed + 1, ...``, the same for every candidate. A disaggregated candidate
+(``placement=disaggregated``) is searched over its pools' total, the decode pool being the rest,
+from its prefill pool plus one decode replica up (``fewest_replicas``); a grid over
+``placement.prefill.replicas`` and ``placement.decode.hardware`` plans the xPyD ratio and each
+pool's GPU, and each answer names its pools, each priced at its own GPU's rate. The plan
+folder holds:
 
 - ``plan_request.json``: the checked plan (what the sweeper reads);
 - ``runs/KEY/``: one folder per simulation (``config.yaml``, ``summary.json``), KEY a hash of
@@ -127,6 +132,28 @@ def refuse_planned(overrides: list[str]) -> None:
         )
 
 
+def fewest_replicas(cfg: dict[str, Any]) -> int:
+    """The fewest replicas the fleet of a composed config can have: a disaggregated fleet's
+    prefill pool and one decode replica, otherwise 1. The plan searches ``fleet.replicas``,
+    both pools together, with the decode pool the rest (``sim.catalog.pools``), so a grid over
+    ``placement.prefill.replicas`` and ``placement.decode.hardware`` gives xPyD candidates,
+    each searched from ``prefill + 1`` up: a total that leaves no decode replica is never
+    simulated. ConfigError for a decode pool of a fixed size."""
+    placement = cfg.get("placement") or {}
+    if placement.get("mode") != "disaggregated":
+        return 1
+    decode = (placement.get("decode") or {}).get("replicas")
+    if decode is not None:
+        raise ConfigError(
+            "placement.decode.replicas",
+            decode,
+            "fleetcast plan searches fleet.replicas, both pools together, with the decode pool "
+            "the rest: leave it null and plan over placement.prefill.replicas",
+        )
+    prefill = (placement.get("prefill") or {}).get("replicas") or 1
+    return int(prefill) + 1
+
+
 def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
     """Every combination of the grid, as overrides (one empty candidate for no grid)."""
     for key, values in grid.items():
@@ -149,10 +176,15 @@ def _text(value: Any) -> str:
 
 
 def plan_candidate(
-    candidate: list[str], sims: Simulations, constraints: list[Constraint], plan: PlanConfig
+    candidate: list[str],
+    sims: Simulations,
+    constraints: list[Constraint],
+    plan: PlanConfig,
+    fewest: int = 1,
 ) -> Answer:
     """The search for one candidate, then its what-ifs and headroom at the answer, side by
-    side (runs in a search thread of ``sim.plan.rounds``)."""
+    side (runs in a search thread of ``sim.plan.rounds``). ``fewest``: the fewest replicas
+    its fleet can have (``fewest_replicas``); no search asks for fewer."""
 
     def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
         def point(replicas: int) -> Point:
@@ -168,14 +200,23 @@ def plan_candidate(
             )
 
         return smallest_meeting(
-            point, lambda p: p.decision == "meets", plan.max_replicas, start=start
+            point, lambda p: p.decision == "meets", plan.max_replicas, start=start, lowest=fewest
         )
 
     label = " ".join(candidate) or "base"
     try:
-        found, points = search([], 1)
+        found, points = search([], fewest)
     except RefusedRun as err:  # a combination the catalog cannot run (FP8 on an A100)
         return Answer(label, candidate, None, {}, f"cannot run: {err}")
+    if not points:
+        return Answer(
+            label,
+            candidate,
+            None,
+            points,
+            f"needs {fewest} replicas at least (its prefill pool and one decode replica), "
+            f"above plan.max_replicas={plan.max_replicas}",
+        )
     if found is None:
         last = points[max(points)]
         return Answer(
@@ -259,6 +300,8 @@ class Prepared:
     candidates: list[list[str]]
     folder: Path
     day_workload: dict[str, Any] | None = None  # a day plan's base workload, composed
+    # each candidate's fewest replicas (fewest_replicas); None: 1 for every candidate
+    fewest: list[int] | None = None
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -273,6 +316,7 @@ class Prepared:
                 "candidates": self.candidates,
                 "folder": str(self.folder),
                 "day_workload": self.day_workload,
+                "fewest": self.fewest,
                 "version": sim.__version__,
             },
             indent=1,
@@ -292,6 +336,7 @@ class Prepared:
             given["candidates"],
             Path(given["folder"]),
             given.get("day_workload"),
+            given.get("fewest"),
         )
 
 
@@ -319,18 +364,31 @@ def prepare(overrides: list[str]) -> Prepared:
         plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     ).expanduser()
     each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
+    fewest = []
+    day = plan.day.periods is not None  # (its first period's workload for the example run)
     for candidate in each:  # every candidate's overrides composed before any simulation runs
         refuse_planned(candidate)
         check_overrides([*base, *candidate])
-        compose_config([*base, *candidate])  # (what only a run finds: the candidate's answer)
-    day = plan.day.periods is not None  # (its first period's workload for the example run)
+        # (what only a run finds: the candidate's answer)
+        fewest.append(fewest_replicas(compose_config([*base, *candidate])))
+        require(
+            not day or fewest[-1] == 1,
+            "placement",
+            "disaggregated",
+            "a day plan's seasonal and autoscaled fleets scale one pool: not modelled for a "
+            "disaggregated fleet (plan its peak without plan.day)",
+        )
     example_base = [*base, *day_checks(plan.day, cfg, each)] if day else base
-    # an example summary (one replica of the base deployment) names the statistics
-    example_overrides = Simulations(example_base, seed, Rounds(list)).overrides([], 1, 0)
+    # an example summary (the fewest replicas of the base deployment) names the statistics
+    example_overrides = Simulations(example_base, seed, Rounds(list)).overrides(
+        [], fewest_replicas(cfg), 0
+    )
     example = simulate(compose_config(example_overrides)).summary
     constraints = [parse(text, example) for text in plan.slo]
     require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
-    return Prepared(plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None)
+    return Prepared(
+        plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None, fewest
+    )
 
 
 def execute(
@@ -344,17 +402,18 @@ def execute(
 
         return plan_day(prepared, launch, progress)
     plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
+    fewest = prepared.fewest or [1] * len(each)
     constraints = [parse(text) for text in plan.slo]
     with _Progress(len(each), progress) as bar:
         rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
         sims = Simulations(prepared.base, prepared.seed, rounds)
 
-        def one(candidate: list[str]) -> Answer:
-            answer = plan_candidate(candidate, sims, constraints, plan)
+        def one(candidate: list[str], least: int) -> Answer:
+            answer = plan_candidate(candidate, sims, constraints, plan, least)
             bar.done(answer)
             return answer
 
-        ordered = rounds.run([partial(one, c) for c in each])
+        ordered = rounds.run([partial(one, c, n) for c, n in zip(each, fewest, strict=True)])
     plan_json = {
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,
@@ -411,6 +470,8 @@ class _Progress:
             if not self.shown:
                 return
             found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
+            if answer.fleet is not None:
+                found += f" = {answer.fleet}"
             simulations = sum(p.replications for p in answer.points.values())
             line = (
                 f"[{self.planned}/{self.total}] {answer.label}: {found} ({len(answer.points)} "

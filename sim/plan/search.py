@@ -7,6 +7,10 @@ what-if next to a plan already found) the search gallops down or up from it (the
 1, 2, 4, ... away): an answer at the guess or one above costs two evaluations.
 ``evaluate(count)`` is asked at most once per count (``ceil(log2(max)) + log2 of the gap``
 counts in all), against ``max_replicas`` for a full grid.
+
+A fleet may have a fewest count other than 1 (``lowest``: a disaggregated fleet of ``p``
+prefill replicas needs ``p + 1``, one decode replica at least): the search then runs over
+``lowest..max_replicas`` and never asks for a count below ``lowest``.
 """
 
 from __future__ import annotations
@@ -18,23 +22,31 @@ P = TypeVar("P")
 
 
 def smallest_meeting(
-    evaluate: Callable[[int], P], meets: Callable[[P], bool], max_replicas: int, start: int = 1
+    evaluate: Callable[[int], P],
+    meets: Callable[[P], bool],
+    max_replicas: int,
+    start: int = 1,
+    lowest: int = 1,
 ) -> tuple[int | None, dict[int, P]]:
-    """(the smallest count in 1..max_replicas whose point meets, or None; every point
+    """(the smallest count in lowest..max_replicas whose point meets, or None; every point
     evaluated, by count). ``start``: a first guess (a nearby plan's answer): when it meets, the
-    counts below it are bisected; when not, the doubling starts there."""
+    counts below it (down to ``lowest``) are bisected; when not, the doubling starts there.
+    None without evaluating anything when ``lowest`` is above ``max_replicas``."""
     points: dict[int, P] = {}
+    if lowest > max_replicas:
+        return None, points
 
     def ok(count: int) -> bool:
+        assert count >= lowest, f"count {count} below the fewest the fleet allows ({lowest})"
         if count not in points:
             points[count] = evaluate(count)
         return meets(points[count])
 
-    start = min(max(start, 1), max_replicas)
+    start = min(max(start, lowest), max_replicas)
     # gallop away from the guess (steps 1, 2, 4, ...) until the answer is bracketed
     if ok(start):
-        low, high, step = 0, start, 1
-        while high - step >= 1:
+        low, high, step = lowest - 1, start, 1
+        while high - step >= lowest:
             if not ok(high - step):
                 low = high - step
                 break

@@ -57,11 +57,29 @@ def deployment_text(config: Mapping, summary: Mapping) -> str:
     if scaled:  # the fleet changed: its range, and the peak's GPUs (summary.num_gpus)
         replicas = f"{scaled.get('replicas_min', '?')}-{scaled.get('replicas_max', '?')}"
         gpus = f"up to {gpus}"
+    pools = summary.get("disaggregation")
+    if pools:  # two pools, each its own GPUs and scheduler
+        return (
+            " and ".join(pools_text(pools, name) for name in ("prefill", "decode"))
+            + f" ({gpus}) running {(config.get('model') or {}).get('name', '?')}, the KV over "
+            f"{(pools.get('kv_link') or {}).get('name', '?')}"
+        )
     return (
         f"{replicas} x {(config.get('hardware') or {}).get('name', '?')} "
         f"(TP {fleet.get('tp', 1)}{pp}, {gpus}) running "
         f"{(config.get('model') or {}).get('name', '?')} at weights {precision.get('weights')}, "
         f"KV {precision.get('kv')}, scheduler {scheduler}"
+    )
+
+
+def pools_text(pools: Mapping, name: str) -> str:
+    """``1 prefill replica of 1 x H100-SXM (TP 1, weights bf16, VLLMScheduler)``: one pool
+    of a disaggregated run's summary block."""
+    pool = pools.get(name) or {}
+    return (
+        f"{pool.get('replicas', '?')} {name} replica(s) of {pool.get('gpus_per_replica', '?')} x "
+        f"{pool.get('gpu', '?')} (TP {pool.get('tp', '?')}, weights {pool.get('weights', '?')}, "
+        f"{pool.get('scheduler', '?')})"
     )
 
 

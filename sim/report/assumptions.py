@@ -20,6 +20,7 @@ from typing import Any
 import sim
 from sim.errors import ConfigError
 from sim.output.summary_table import _num
+from sim.report.answer import pools_text
 from sim.report.document import Table
 from sim.resources import data_dir, resolve_path
 
@@ -201,7 +202,37 @@ def assumptions_table(
         ],
         ["this report", report_command],
     ]
-    if placement.get("mode", "single") != "single":
+    pools = summary.get("disaggregation")
+    if pools:  # the pools as they ran (their GPUs, prices, use), not the config's nulls
+        link = pools.get("kv_link") or {}
+        rows[3] = [
+            "fleet",
+            "; ".join(pools_text(pools, name) for name in ("prefill", "decode"))
+            + f"; {summary.get('num_gpus', '?')} GPU(s)",
+        ]
+        rows.insert(
+            4,
+            [
+                "placement",
+                f"disaggregated prefill/decode; KV over {link.get('name', '?')} "
+                f"({_num(link.get('gb_per_s'))} GB/s x {link.get('parallel_links', '?')} link(s), "
+                f"{_num(link.get('latency_us'))} us"
+                f"{', overlapped layer by layer' if link.get('overlap') else ''}); decode router "
+                f"{placement.get('decode_router', '?')}",
+            ],
+        )
+        for row in rows:  # each pool at its own price
+            if row[0] == "GPU price":
+                priced = {name: pools.get(name) or {} for name in ("prefill", "decode")}
+                row[1] = (
+                    "; ".join(
+                        f"{name} ${pool.get('usd_per_gpu_hour', 0):,.2f}/GPU-hour "
+                        f"({pool.get('gpu', '?')})"
+                        for name, pool in priced.items()
+                    )
+                    + f"; the fleet's mean {price_text(config, summary)}"
+                )
+    elif placement.get("mode", "single") != "single":
         rows.insert(4, ["placement", _settings(placement)])
     if (_get(config, "frontend", "token_s") or 0) > 0:
         rows.insert(5, ["frontend", _settings(_get(config, "frontend"))])

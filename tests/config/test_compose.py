@@ -23,6 +23,7 @@ EXTRA = {
     ("workload", "trace"): ["workload.path=shipped:traces/azure_llm_2023_conv.parquet"],
     ("workload", "daily"): ["workload.qps=5", "workload.duration_s=60"],
     ("placement", "dedicated"): ["fleet.replicas=2"],  # one replica per model
+    ("placement", "disaggregated"): ["fleet.replicas=2"],  # a prefill and a decode replica
     ("router", "prefix_affinity"): [
         "kv.prefix_caching=true",
         "workload=mooncake_conv",  # a workload whose prompts share prefixes

@@ -18,6 +18,12 @@ it prefills its prompt and the output tokens it had already produced.
 Decode stretches. Between arrivals a replica often runs many identical pure-decode steps. A
 scheduler can promise how many (``decode_stretch_limit``), and the replica then executes them as
 one event (``advance_decodes``) with results identical to stepping one by one.
+
+Speculative decoding (``speculate``; ``sim.engine.speculation``, ``spec_decode.*``). Each decode
+verifies K drafts: it computes ``decode_width`` = 1 + K tokens, so a policy grows its KV by that
+many (vLLM's lookahead slots) and counts that many against its token budget; at the step's end
+it advances 1 + the drafts kept, drawn from the acceptance model. As acceptance is random per
+step, no step repeats another: with K > 0 every policy steps one by one (no decode stretches).
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from collections import deque
 import numpy as np
 
 from sim.engine.kv_cache import KVCache
-from sim.engine.request import COMPLETED, RUNNING, WAITING, Request
+from sim.engine.request import COMPLETED, RUNNING, TRANSFERRING, WAITING, Request
 from sim.engine.scheduler.plan import StepPlan
+from sim.engine.speculation import DraftAcceptance
 from sim.errors import require
 
 # Why a scheduler refuses a request outright (``requests.parquet`` reject_reason,
@@ -51,6 +58,10 @@ class Scheduler:
     # (vLLM's BlockPool), "when_full" (SGLang's radix cache), or None: not modelled, and
     # kv.prefix_caching=true is refused.
     prefix_cache_eviction: str | None = "free_queue"
+    # Tokens a decoding request computes in one step: 1, or 1 + K drafts verified with
+    # speculative decoding (``speculate``), whose draws ``acceptance`` makes (None: none).
+    decode_width = 1
+    acceptance: DraftAcceptance | None = None
 
     def __init__(
         self,
@@ -79,6 +90,8 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        # a prefill pool's decode pool (``hand_off_to``); None: requests finish here
+        self.decode_pool: Scheduler | None = None
 
     # -- admission -------------------------------------------------------------------------
 
@@ -86,13 +99,42 @@ class Scheduler:
         """Why ``request`` can never run on this replica (one of ``REFUSALS``), or None."""
         return self.refusal(request.prompt_tokens, request.output_tokens)
 
+    def hand_off_to(self, decode: Scheduler) -> None:
+        """Make this a prefill pool's scheduler (``sim.fleet.disaggregation``): a request
+        leaves once its first token is sampled, its KV held until the transfer ends, and
+        ``decode`` (a decode replica's scheduler) must be able to serve the rest of it."""
+        self.decode_pool = decode
+
+    def speculate(self, acceptance: DraftAcceptance) -> None:
+        """Verify ``acceptance.num_draft_tokens`` drafts with every decode from now on
+        (speculative decoding, before the first request arrives), kept as ``acceptance``
+        draws. A request then needs KV for K tokens beyond its own (``refusal``)."""
+        width = 1 + acceptance.num_draft_tokens
+        require(
+            self.max_num_batched_tokens >= width,
+            "scheduler.max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            f"must be >= 1 + spec_decode.num_draft_tokens ({width}): a decode verifies its"
+            " drafts in one step",
+        )
+        self.decode_width = width
+        self.acceptance = acceptance
+
     def refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
         """Why a request of these lengths can never run here (the first of ``REFUSALS`` that
-        applies), or None if it can."""
+        applies), or None if it can. A prefill pool holds the prompt and one token, and asks
+        the decode pool about the whole request."""
+        if self.decode_pool is not None:
+            return self._refusal(prompt_tokens, 1) or self.decode_pool.refusal(
+                prompt_tokens, output_tokens
+            )
+        return self._refusal(prompt_tokens, output_tokens)
+
+    def _refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
         total = prompt_tokens + output_tokens
         if self.max_model_len is not None and total > self.max_model_len:
             return CONTEXT_LENGTH
-        if not self.kv.can_ever_hold(total):
+        if not self.kv.can_ever_hold(total + self.decode_width - 1):  # (+ K lookahead slots)
             return KV_CAPACITY
         if not self.chunked_prefill and self._whole_prefill(prompt_tokens, total) > (
             self.max_num_batched_tokens
@@ -147,7 +189,9 @@ class Scheduler:
         """How many steps, this one included, would repeat ``plan`` exactly if nothing arrived.
 
         The default (1) never fast-forwards. A policy that returns more promises that while only
-        decodes advance, it would keep choosing exactly these decodes.
+        decodes advance, it would keep choosing exactly these decodes. With speculative decoding
+        every policy returns 1 (``pure_decode_stretch_limit``): how far a step advances each
+        request is drawn at its end, so steps are taken one by one.
         """
         return 1
 
@@ -219,26 +263,67 @@ class Scheduler:
                 if request.num_generated == request.output_tokens:
                     request.status = COMPLETED
                     finished.append(request)
-        for request in plan.decodes:  # hot
-            request.num_computed_tokens += 1
-            request.num_generated += 1
-            if request.num_generated == request.output_tokens:
-                request.status = COMPLETED
-                finished.append(request)
+                elif self.decode_pool is not None:  # its KV goes to a decode replica
+                    request.status = TRANSFERRING
+                    finished.append(request)
+        if self.acceptance is not None:  # each decode keeps 1 + its drafts kept
+            plan.num_decode_tokens = self.acceptance.advance(plan.decodes, finished)
+        else:
+            for request in plan.decodes:  # hot
+                request.num_computed_tokens += 1
+                request.num_generated += 1
+                if request.num_generated == request.output_tokens:
+                    request.status = COMPLETED
+                    finished.append(request)
+            plan.num_decode_tokens = len(plan.decodes)
         if finished:
             self._retire(finished)
         return first_tokens, finished
 
     def _retire(self, finished: list[Request]) -> None:
         for request in finished:
-            self.kv.free(request)
+            if request.status is not TRANSFERRING:  # (its KV is held until the transfer ends)
+                self.kv.free(request)
         self.running = [r for r in self.running if r.status == RUNNING]
+
+    def keep_room(self, keeper: Request, request: Request, unapplied_blocks: int = 0) -> bool:
+        """A decode pool's scheduler keeps KV room for a prefilled ``request`` under ``keeper``
+        (a stand-in holding the blocks until the KV arrives), if it has it now: room for its
+        prompt above the watermark (it grows from there as it decodes). ``unapplied_blocks``:
+        blocks a decode stretch in flight holds that the pool does not count yet."""
+        kv = self.kv
+        free = kv.num_free_blocks - unapplied_blocks - kv.watermark_blocks
+        if kv.blocks_for(request.prompt_tokens) > free:
+            return False
+        return kv.grow(keeper, request.prompt_tokens) is not None
+
+    def admit_transferred(self, request: Request) -> None:
+        """A decode pool's scheduler takes a prefilled ``request`` whose KV has arrived: it
+        holds its blocks already, and joins the running batch (its seat was kept for it,
+        ``sim.fleet.disaggregation``)."""
+        request.status = RUNNING
+        self.running.append(request)
 
     # -- decode stretches ------------------------------------------------------------------
 
+    def decode_blocks_needed(self, decodes: list[Request]) -> int:
+        """New KV blocks ``decodes`` need for their next step: for one token each, or 1 + K
+        with speculative decoding (its drafts' lookahead slots)."""
+        kv, width = self.kv, self.decode_width
+        if width == 1:
+            return sum(1 for r in decodes if r.num_computed_tokens >= r.kv_slots)
+        block = kv.block_size
+        return sum(
+            max(0, kv.blocks_for(r.num_computed_tokens + width) - r.kv_slots // block)
+            for r in decodes
+        )
+
     def pure_decode_stretch_limit(self, decodes: list[Request]) -> int:
         """Steps the decodes can repeat before one of them completes or the KV pool runs out
-        (for policies whose admission cannot change while only decodes run)."""
+        (for policies whose admission cannot change while only decodes run). With speculative
+        decoding, 1: each step's acceptance is drawn anew."""
+        if self.acceptance is not None:
+            return 1
         max_steps = min(r.output_tokens - r.num_generated for r in decodes)
         if max_steps <= 1:
             return 1

@@ -6,6 +6,11 @@ to preempt, and counts the step's work as it is built. ``shape()`` freezes those
 
 ``num_decode_seqs`` and ``decode_context`` can exceed what ``decodes`` holds when a scheduler
 computes padding (the ``static`` baseline keeps finished sequences in the batch).
+
+With speculative decoding the counts stay the scheduler's (one token per decode, the drafts
+apart): the engine's step-time wrapper, ``sim.engine.speculation.SpeculativeStepTime``, widens
+each decode by its K drafts when it prices the step, so the step rows keep counting prompt tokens
+as ``num_prefill_tokens``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ class StepPlan:
     prefill_attn: int = 0
     decode_context: int = 0
     host_loaded_tokens: int = 0  # cached tokens the step's admissions copied from host memory
+    # output tokens the decodes produced, known at the step's end (``on_step_end``): one per
+    # decode, or 1 + the drafts each kept with speculative decoding
+    num_decode_tokens: int = 0
 
     def add_prefill(self, request: Request, num_tokens: int) -> None:
         context_before = request.num_computed_tokens

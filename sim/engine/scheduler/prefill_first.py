@@ -6,6 +6,9 @@ running decode stalls for that step. Otherwise the step decodes every running re
 the KV pool runs dry the most recently admitted request is preempted (recompute). This gives
 good TTFT at low load and long TPOT stalls behind long prompts, which chunked prefill fixes.
 
+With speculative decoding (``spec_decode.*``) each decode grows its KV by 1 + K tokens (its drafts
+verified too); a decode step has no token budget here, so none is counted.
+
 Left out: v0's swap-to-host preemption mode and its delay factor.
 """
 
@@ -34,7 +37,7 @@ class PrefillFirstScheduler(Scheduler):
         i = 0
         while i < len(self.running):
             request = self.running[i]
-            if not self.grow_or_preempt(request, 1, plan):
+            if not self.grow_or_preempt(request, self.decode_width, plan):  # (+ K drafts)
                 break
             plan.add_decode(request)
             i += 1

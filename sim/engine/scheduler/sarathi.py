@@ -7,6 +7,9 @@ prefills in chunks: first requests already part-way through their prompt, then n
 The chunk size trades TTFT (bigger chunks finish prompts sooner) against TPOT (smaller chunks
 keep steps short).
 
+With speculative decoding (``spec_decode.*``) each decode verifies its K drafts too: 1 + K tokens
+of KV and of the budget, still before any prefill.
+
 Left out: Sarathi's dynamic chunk sizing and pipeline-parallel scheduling.
 """
 
@@ -40,10 +43,10 @@ class SarathiScheduler(VLLMScheduler):
         for request in list(self.running):
             if request.status != RUNNING or not request.is_decoding:
                 continue
-            if not self.grow_or_preempt(request, 1, plan):
+            if not self.grow_or_preempt(request, self.decode_width, plan):
                 continue
             plan.add_decode(request)
-            budget -= 1
+            budget -= self.decode_width  # 1, or 1 + K drafts verified
         # A preempted victim may have been decoded already this step: drop it from the plan.
         if plan.preempted:
             self._drop_preempted(plan)

@@ -51,7 +51,8 @@ LRU, as vLLM's; SGLang's radix tree matches at page granularity, which ``kv.bloc
 gives). Left out: overlap scheduling (SGLang's default runs the CPU scheduling of step n+1
 during step n; here a step's decisions see the previous step's results), priorities and other
 schedule policies than FCFS, the ``ignore_eos`` admission path used only with the radix cache
-disabled, dynamic chunk sizes, the prefill delayer, speculative decoding and DP attention.
+disabled, dynamic chunk sizes, the prefill delayer and DP attention. With ``spec_decode.*`` a
+decode needs 1 + K tokens (its drafts): in the memory check, retraction and a mixed chunk.
 """
 
 from __future__ import annotations
@@ -197,14 +198,14 @@ class SGLangScheduler(Scheduler):
 
     # -- what can never run ----------------------------------------------------------------
 
-    def refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
+    def _refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
         """SGLang admits a request only with room for its prompt, all its output and a page
         (``total_tokens < rem_total_tokens``), and a retracted one for every token but its
         last: a request beyond that in an empty pool would wait forever."""
         total = prompt_tokens + output_tokens
         if self.max_model_len is not None and total > self.max_model_len:
             return CONTEXT_LENGTH
-        if total + self.kv.block_size >= self.kv.max_request_tokens:
+        if total + self.decode_width - 1 + self.kv.block_size >= self.kv.max_request_tokens:
             return KV_CAPACITY
         return None
 
@@ -225,7 +226,9 @@ class SGLangScheduler(Scheduler):
                 self.batch_is_full = False
                 self.new_token_ratio = self.init_new_token_ratio
                 plan = self._prefill_batch()
-                assert plan is not None, "work outstanding, yet neither prefill nor decode"
+                if plan is None:  # a prefill pool's KV held by transfers: wait for one
+                    assert self.decode_pool is not None, "work, yet no prefill nor decode"
+                    return StepPlan()
         return plan
 
     def _decoding(self) -> list[Request]:
@@ -244,11 +247,11 @@ class SGLangScheduler(Scheduler):
         plan = StepPlan()
         kv, page = self.kv, self.kv.block_size
         mixed = self.enable_mixed_chunk and bool(decoding) and self._decodes_fit(decoding)
-        mixed_tokens = len(decoding) if mixed else 0  # the budget counts them as tokens
+        mixed_tokens = len(decoding) * self.decode_width if mixed else 0  # the budget counts them
         free = (kv.num_free_blocks - kv.watermark_blocks) * page
         if mixed:  # their slots first, so that admissions cannot take them
             for request in decoding:
-                grown = kv.grow(request, request.num_computed_tokens + 1)
+                grown = kv.grow(request, request.num_computed_tokens + self.decode_width)
                 assert grown is not None, "a mixed decode lost its slot"
         budget = _Budget(
             free=free,
@@ -347,9 +350,8 @@ class SGLangScheduler(Scheduler):
         self._extend_shrank = not last  # merging excludes the still-chunked request
 
     def _decodes_fit(self, decoding: list[Request]) -> bool:
-        """``check_decode_mem``: a slot for every request's next token."""
-        needed = sum(1 for r in decoding if r.num_computed_tokens >= r.kv_slots)
-        return needed <= self.kv.num_free_blocks
+        """``check_decode_mem``: a slot for every request's next token (its drafts too)."""
+        return self.decode_blocks_needed(decoding) <= self.kv.num_free_blocks
 
     def _decode_batch(self) -> StepPlan | None:
         """``update_running_batch``: decode every running request, retracting if KV is short."""
@@ -368,7 +370,7 @@ class SGLangScheduler(Scheduler):
             decoding = self._retract(decoding, plan)
             self.batch_is_full = False
         for request in decoding:
-            grown = self.kv.grow(request, request.num_computed_tokens + 1)
+            grown = self.kv.grow(request, request.num_computed_tokens + self.decode_width)
             assert grown is not None, "a decode without a slot after the memory check"
             plan.add_decode(request)
         return plan

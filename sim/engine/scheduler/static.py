@@ -6,7 +6,8 @@ nothing is ever preempted), the batch prefills together in one step, then decode
 longest member is done. A finished member returns its response at once but keeps its seat and
 is computed as padding until the batch ends, as in HF ``generate`` or FasterTransformer.
 
-Left out: padding of prompts to a common length in the prefill step.
+Left out: padding of prompts to a common length in the prefill step, and speculative decoding
+(refused: ``speculate``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
+from sim.engine.speculation import DraftAcceptance
+from sim.errors import ConfigError
 
 
 class StaticScheduler(Scheduler):
@@ -56,6 +59,18 @@ class StaticScheduler(Scheduler):
             else:
                 plan.add_decode(request)
         return plan
+
+    def speculate(self, acceptance: DraftAcceptance) -> None:
+        """Refused: the baseline is batched generation as HF ``generate`` runs it, whose
+        assisted (speculative) generation takes one sequence at a time, and a batch's padding
+        would verify drafts it never uses. Compare continuous batching with and without it."""
+        raise ConfigError(
+            "spec_decode.num_draft_tokens",
+            acceptance.num_draft_tokens,
+            "speculative decoding is not modelled with scheduler=static (request-level batching,"
+            " as HF generate, drafts for one sequence only); use vllm, sglang, trtllm, sarathi or"
+            " prefill_first, or set it to 0",
+        )
 
     def _release_batch(self) -> None:
         for request in self.batch:

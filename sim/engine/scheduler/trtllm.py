@@ -31,6 +31,10 @@ admission order, then waiting ones, FIFO):
 A context's KV for its whole prompt is allocated when its first chunk runs (as TensorRT-LLM's
 KV manager does), and a generation request grows by a block when it needs one.
 
+Speculative decoding (``spec_decode.*``): a generation request verifies K draft tokens, so it
+costs 1 + K tokens of ``max_num_tokens`` and needs KV for as many; ``guaranteed_no_evict``
+reserves the K draft slots of a request's last step with its blocks to completion.
+
 Read against TensorRT-LLM's source (GitHub NVIDIA/TensorRT-LLM, read 2025-06):
 ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp`` @02a10fed (GuaranteedNoEvictScheduler,
 MaxUtilizationScheduler), ``cpp/tensorrt_llm/batch_manager/scheduledBlocksManager.h`` @1ce9149b
@@ -46,7 +50,7 @@ llm_args.py`` @fcd3f316 (``capacity_scheduler_policy=GUARANTEED_NO_EVICT``,
 Left out on purpose: the overlap scheduler (requests in flight skipped for one iteration, and
 max_utilization's two-step look-ahead it implies), KV block reuse (prefix caching: refused with
 ``kv.prefix_caching=true``; use ``scheduler=vllm``) and the "beneficial to skip" delay it adds,
-beam search, speculative draft tokens, LoRA/PEFT pages, sliding-window attention, the
+beam search, LoRA/PEFT pages, sliding-window attention, the
 STATIC_BATCH and PREFILL_FIRST capacity policies (``static`` and ``prefill_first`` model those
 ideas), and the rare reordering where a short context that fits a leftover budget starts before
 an earlier, longer one that waits (here the earlier one keeps its place at the waiting queue's
@@ -114,11 +118,32 @@ class TRTLLMScheduler(Scheduler):
     # -- 1. the capacity scheduler -----------------------------------------------------------
 
     def blocks_to_completion(self, request: Request) -> int:
-        """Blocks ``request`` still needs to hold its prompt and every output token."""
+        """Blocks ``request`` still needs to hold its prompt and every output token (and, with
+        speculative decoding, the K draft slots its last decode needs beyond them). A prefill
+        pool's request leaves with its first token (``sim.fleet.disaggregation``)."""
         kv = self.kv
-        return kv.blocks_for(request.prompt_tokens + request.output_tokens) - (
+        return kv.blocks_for(self._tokens_to_completion(request)) - (
             request.kv_slots // kv.block_size
         )
+
+    def _tokens_to_completion(self, request: Request) -> int:
+        output = 1 if self.decode_pool is not None else request.output_tokens
+        return request.prompt_tokens + output + self.decode_width - 1
+
+    def keep_room(self, keeper: Request, request: Request, unapplied_blocks: int = 0) -> bool:
+        """guaranteed_no_evict admits only what it can carry to completion: a prefilled request
+        coming to a decode pool needs room for all of it, beyond what the running requests
+        will still take. (Blocks a stretch has not applied yet are both missing from the used
+        ones and still counted as to come: they cancel out.)"""
+        if not self.no_evict:
+            return super().keep_room(keeper, request, unapplied_blocks)
+        kv = self.kv
+        available = kv.num_free_blocks - kv.watermark_blocks
+        available -= sum(self.blocks_to_completion(r) for r in self.running)
+        tokens = self._tokens_to_completion(request)
+        if kv.blocks_for(tokens) > available:
+            return False
+        return kv.grow(keeper, tokens) is not None
 
     def _fit_no_evict(self) -> list[Request]:
         kv = self.kv
@@ -152,7 +177,10 @@ class TRTLLMScheduler(Scheduler):
             # a generation request may need a new block; a context holds its prompt already
             needed = 0
             if request.is_decoding:
-                needed = kv.blocks_for(request.num_computed_tokens + 1) - request.kv_slots // block
+                needed = (
+                    kv.blocks_for(request.num_computed_tokens + self.decode_width)
+                    - request.kv_slots // block
+                )
             if scheduled + needed <= kv.num_free_blocks:
                 scheduled += needed
                 fitting.append(request)
@@ -179,16 +207,17 @@ class TRTLLMScheduler(Scheduler):
     def _micro_batch(self, fitting: list[Request], plan: StepPlan) -> None:
         budget = self.max_num_batched_tokens
         chunked = self.chunked_prefill
+        width = self.decode_width  # a generation request's tokens: 1, or 1 + K drafts
         num_tokens = 0  # generation tokens, plus whole contexts when not chunking
         decodes: list[Request] = []
         contexts: list[Request] = []
         wanted: list[int] = []  # each context's remaining prompt
         for request in fitting:
             if request.is_decoding:
-                if num_tokens + 1 > budget:
+                if num_tokens + width > budget:
                     break
                 decodes.append(request)
-                num_tokens += 1
+                num_tokens += width
             else:
                 remaining = request.num_uncomputed_tokens
                 if not chunked:
@@ -212,7 +241,7 @@ class TRTLLMScheduler(Scheduler):
                 self._start(request)
             plan.add_prefill(request, size)
         for request in decodes:
-            grown = kv.grow(request, request.num_computed_tokens + 1)
+            grown = kv.grow(request, request.num_computed_tokens + width)
             assert grown is not None, "the capacity scheduler let a decode outgrow the pool"
             plan.add_decode(request)
 

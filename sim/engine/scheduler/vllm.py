@@ -25,8 +25,14 @@ without chunked prefill the budget is at least ``max_model_len``; it is at most
 ``max_num_seqs × max_model_len``; and a defaulted ``max_num_seqs`` is at most the budget.
 
 Prefix caching is ``kv.prefix_caching=true`` (``sim.engine.prefix_cache``; a waiting request's
-cached tokens count as computed when it is admitted). Left out: speculative decoding,
-priorities, the async output processor.
+cached tokens count as computed when it is admitted).
+
+Speculative decoding (``spec_decode.*``, ``sim.engine.speculation``): a decode takes 1 + K tokens
+of the budget and KV for as many (vLLM's ``num_lookahead_tokens``); unlike vLLM, which trims a
+request's drafts to the budget left, a decode here gets all its drafts or waits for the next
+step, and running requests stop at a budget below 1 + K.
+
+Left out: priorities, the async output processor.
 """
 
 from __future__ import annotations
@@ -101,25 +107,29 @@ class VLLMScheduler(Scheduler):
         kv = self.kv
         decodes = plan.decodes
         decode_context = 0
+        # a decode computes 1 + K tokens with speculative decoding (its drafts verified), all
+        # or none: a budget below that ends the step's running requests
+        width = self.decode_width
         # A for loop over a list that preemption pops from the end: it stops at the new end.
         for request in running:
-            if budget <= 0:
+            if budget < width:
                 break
             computed = request.num_computed_tokens
             generated = request.num_generated
             num_tokens = request.prompt_tokens + generated - computed
             if num_tokens == 1 and generated:
                 # The hot path, inlined from add_decode. Most decodes have room for their next
-                # token; otherwise the cache grows the request, or someone is preempted.
+                # token (and drafts: vLLM's lookahead slots); otherwise the cache grows the
+                # request, or someone is preempted.
                 if (
-                    computed >= request.kv_slots
-                    and kv.grow(request, computed + 1) is None
-                    and not self.grow_or_preempt(request, 1, plan)
+                    computed + width > request.kv_slots
+                    and kv.grow(request, computed + width) is None
+                    and not self.grow_or_preempt(request, width, plan)
                 ):
                     break
                 decodes.append(request)
                 decode_context += computed + 1
-                budget -= 1
+                budget -= width
                 continue
             if len(plan.prefills) >= self.max_prefills:
                 continue

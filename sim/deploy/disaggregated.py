@@ -1,0 +1,213 @@
+"""A disaggregated fleet built from its config (``placement=disaggregated``): its two pools'
+engines (``sim.catalog.pools`` says what each pool is), the transfer cost between them, the
+decode router, and the summary's ``disaggregation`` block.
+
+The block: per pool, replicas, GPUs (type, TP), KV capacity per replica, $/hour at the pool's
+own GPU price, busy fraction (its steps' time over its replica-seconds) and KV use (step-time
+weighted mean, and peak) as the fleet-wide figures are defined; ``transfer_s``: each transfer's
+duration (start to end: link latency and bytes, less what the layer-by-layer overlap hid);
+``transfer_wait_s``: from the first token to the transfer's start (room on the decode replica,
+free links), where back-pressure shows; ``handoff_s``: first token to the KV's arrival.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from sim import rng
+from sim.catalog.placement import Placement
+from sim.catalog.pools import Pool, build_pools, kv_link
+from sim.config.build import build
+from sim.config.compose import load_option
+from sim.config.schema import CostConfig, DisaggregatedPlacement, RunConfig
+from sim.deploy.engines import EngineSetup
+from sim.engine.scheduler.base import Scheduler
+from sim.errors import ConfigError, require
+from sim.fleet.disaggregation import Disaggregation, TransferCost
+from sim.fleet.replica import Engine, Replica
+from sim.output.cost import gpu_price
+from sim.output.results import distribution
+from sim.output.step_log import StepTotals
+
+
+class DisaggregatedFleet:
+    """A disaggregated run's two pools, their engines and the link between them (built from
+    the config before the run: every refusal comes first)."""
+
+    def __init__(self, cfg: dict[str, Any], run: RunConfig) -> None:
+        placement = run.placement
+        assert isinstance(placement, DisaggregatedPlacement)
+        _refuse_unmodelled(run)
+        self.prefill, self.decode = build_pools(cfg, run)
+        for pool in (self.prefill, self.decode):
+            scheduler = pool.cfg["scheduler"]["_target_"].rsplit(".", 1)[-1]
+            require(
+                scheduler != "StaticScheduler",
+                f"placement.{pool.name}.scheduler",
+                "static",
+                "static batching holds a batch's KV until the whole batch ends: it cannot "
+                "hand requests over; choose vllm, sglang, trtllm, sarathi or prefill_first",
+            )
+        prefill, decode = self.prefill.deployment, self.decode.deployment
+        require(
+            prefill.kv_precision == decode.kv_precision,
+            "placement.decode.kv_precision",
+            decode.kv_precision,
+            f"the KV moves as the prefill pool wrote it ({prefill.kv_precision}): both pools "
+            "need the same KV precision",
+        )
+        require(
+            prefill.memory.block_size == decode.memory.block_size,
+            "placement.decode.settings",
+            f"kv.block_size={decode.memory.block_size}",
+            f"both pools need the same KV block size (prefill: {prefill.memory.block_size})",
+        )
+        self.setups = tuple(
+            EngineSetup(pool.cfg, pool.run, _one_model(pool))
+            for pool in (self.prefill, self.decode)
+        )
+        self.link = link = kv_link(placement, prefill.gpu, decode.gpu)
+        memory = prefill.memory
+        self.cost = TransferCost(
+            link.bytes_per_s,
+            link.latency_s,
+            kv_bytes_per_token=memory.kv_bytes_per_token_per_gpu * prefill.num_gpus,
+            parallel_links=min(prefill.num_gpus, decode.num_gpus),
+            num_layers=prefill.model.num_layers,
+            overlap=placement.kv_transfer_overlap,
+        )
+        self._router_cfg = load_option("router", placement.decode_router, "placement.decode_router")
+        self.placement = Placement(
+            "disaggregated", (prefill,), ((0,),) * self.prefill.replicas, (1.0,)
+        )
+
+    @property
+    def pools(self) -> tuple[Pool, Pool]:
+        return self.prefill, self.decode
+
+    @property
+    def replica_pools(self) -> list[str]:
+        """Each replica's pool, by replica id: the prefill pool's first."""
+        return ["prefill"] * self.prefill.replicas + ["decode"] * self.decode.replicas
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(pool.replicas * pool.deployment.num_gpus for pool in self.pools)
+
+    def prefill_scheduler(self) -> Scheduler:
+        """A prefill replica's scheduler, handing its requests to the decode pool's kind."""
+        scheduler = self.setups[0].scheduler(0)
+        scheduler.hand_off_to(self.setups[1].scheduler(0))
+        return scheduler
+
+    def replica_engines(self) -> list[list[Engine]]:
+        prefill_setup, decode_setup = self.setups
+        prefill = [
+            [Engine(0, self.prefill_scheduler(), prefill_setup.step_times[0])]
+            for _ in range(self.prefill.replicas)
+        ]
+        return prefill + [[decode_setup.engine(0)] for _ in range(self.decode.replicas)]
+
+    def billed(self, cost: CostConfig) -> tuple[float, float]:
+        """The fleet's GPUs and its $/hour, each pool's GPUs at their own price."""
+        usd_per_hour = sum(
+            pool.replicas * pool.deployment.num_gpus * gpu_price(cost, pool.deployment.gpu)[0]
+            for pool in self.pools
+        )
+        return float(self.num_gpus), usd_per_hour
+
+    def connect(self, env: Any, replicas: list[Replica], seed: int) -> Disaggregation:
+        """The transfers between the cluster's ``replicas`` (prefill pool first)."""
+        router = build(self._router_cfg, "router", rng=rng.stream(seed, "placement.decode_router"))
+        require(
+            not getattr(router, "needs_prefix_cache", False),
+            "placement.decode_router",
+            self._router_cfg["_target_"].rsplit(".", 1)[-1],
+            "routes on a prefix cache, which a decode pool does not consult",
+        )
+        count = self.prefill.replicas
+        return Disaggregation(env, replicas[:count], replicas[count:], router, self.cost)
+
+
+def _one_model(pool: Pool) -> Placement:
+    return Placement("single", (pool.deployment,), ((0,),) * pool.replicas, (1.0,))
+
+
+def _refuse_unmodelled(run: RunConfig) -> None:
+    """What a disaggregated fleet does not model, refused in one line each."""
+    if run.autoscale.enabled:
+        raise ConfigError(
+            "autoscale.policy",
+            run.autoscale.policy,
+            "scales a fleet of one pool: autoscaling disaggregated pools is not modelled",
+        )
+    if run.frontend.token_s > 0:
+        raise ConfigError(
+            "frontend.token_s",
+            run.frontend.token_s,
+            "a frontend is not modelled with placement=disaggregated (set it to 0)",
+        )
+    if run.kv.prefix_caching:
+        raise ConfigError(
+            "kv.prefix_caching",
+            True,
+            "a prefix cache is not modelled across disaggregated pools: use placement=single",
+        )
+
+
+def disaggregation_summary(
+    fleet: DisaggregatedFleet,
+    pool_totals: dict[str, StepTotals],
+    column: Callable[[str], np.ndarray],
+    span_s: float,
+    cost: CostConfig,
+) -> dict[str, Any]:
+    """The block, from the pools, their step totals and the requests table's columns."""
+    pools: dict[str, Any] = {}
+    for pool, setup in zip(fleet.pools, fleet.setups, strict=True):
+        deployment, totals = pool.deployment, pool_totals[pool.name]
+        price = gpu_price(cost, deployment.gpu)[0]
+        busy = totals.busy_s
+        pools[pool.name] = {
+            "replicas": pool.replicas,
+            "gpu": deployment.gpu.name,
+            "gpus_per_replica": deployment.num_gpus,
+            "tp": deployment.tp,
+            "weights": deployment.weights_precision,
+            "kv": deployment.kv_precision,
+            "scheduler": pool.cfg["scheduler"]["_target_"].rsplit(".", 1)[-1],
+            # (as its engines run it: a draft model's share taken out, sim.spec_decode)
+            "kv_capacity_tokens": setup.kv_capacity_tokens,
+            "usd_per_gpu_hour": price,
+            "usd_per_hour": pool.replicas * deployment.num_gpus * price,
+            "gpu_busy_fraction": busy / (span_s * pool.replicas) if span_s > 0 else None,
+            "kv_utilization": {
+                "mean": totals.kv_busy_s / busy if busy else None,
+                "max": totals.kv_peak,
+            },
+            "num_steps": totals.num_steps,
+        }
+    start, end = column("transfer_start_s"), column("transfer_end_s")
+    first = column("first_token_time_s")
+    started = ~np.isnan(start)
+    ended = started & ~np.isnan(end)
+    link = fleet.link
+    return {
+        **pools,
+        "kv_link": {
+            "name": link.name,
+            "gb_per_s": link.bytes_per_s / 1e9,
+            "latency_us": link.latency_s * 1e6,
+            "parallel_links": fleet.cost.parallel_links,
+            "overlap": fleet.cost.overlap,
+            "source": link.source,
+        },
+        "kv_bytes_per_token": fleet.cost.kv_bytes_per_token,
+        "transfers": int(ended.sum()),
+        "transfer_s": distribution(end[ended] - start[ended]),
+        "transfer_wait_s": distribution(start[started] - first[started]),
+        "handoff_s": distribution(end[ended] - first[ended]),
+    }

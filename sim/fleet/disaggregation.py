@@ -1,0 +1,205 @@
+"""Prefill/decode disaggregation: a request's prompt on a prefill replica, its KV sent over a
+link, its output on a decode replica (``placement=disaggregated``; the pools in
+``sim.catalog.pools``).
+
+The path of one request (the design of DistServe, Zhong et al., OSDI 2024, and Splitwise, Patel
+et al., ISCA 2024, as NVIDIA Dynamo and llm-d run it):
+
+1. The router sends it to a prefill replica, whose scheduler runs its prompt like any other.
+   The step that ends the prompt samples the first token: the client has it then, so TTFT ends
+   on the prefill replica. (A one-token output completes there.)
+2. The decode router picks a decode replica at once (it counts the request as routed there,
+   so loads stay honest), and the request queues there, FIFO, for room: KV blocks for its
+   prompt above the watermark and a seat under ``max_num_seqs``, both kept for it from the
+   moment the transfer is booked (it may then wait for a link) until its KV arrives. Room is
+   looked for at once, and again each time the decode replica ends a step while transfers
+   wait. Until then its blocks stay held on the prefill replica.
+3. The transfer starts once the room is kept, as soon as both ends' links are free for it
+   (each replica's link carries one transfer at a time; a transfer may go in a gap before one
+   booked earlier that waits for its other end), and takes
+   ``latency + bytes / (min(gpus_prefill, gpus_decode) x link bandwidth)`` (GPUs of a replica:
+   tp x pp): every GPU has its own link and moves its share of the KV. With
+   ``kv_transfer_overlap`` the KV streams layer by layer while the prompt is computed
+   (Mooncake; Dynamo's NIXL): a transfer that starts as the prefill ends waits only for what
+   the prefill did not hide, and never less than its last layer's share. One that waited for
+   room or for a link gets no overlap: its layers were computed long before it started.
+4. When it ends, the prefill replica releases the blocks (and plans again if it was stalled
+   on them), and the request joins the decode replica's running batch, its seat and blocks
+   there already its own. It decodes there to the end; the client hears the rest from it.
+
+Back-pressure is modelled, not assumed away: a full decode pool keeps transfers waiting, their
+KV keeps prefill blocks held, and a prefill replica whose pool is held by waiting transfers
+admits nothing until one ends. No request is lost: each ends exactly once, where it completes.
+
+The pools are built from the config in ``sim.deploy.disaggregated``.
+
+Left out: the prefill replica computing for a decode replica chosen before its prefill (layer
+streaming here starts only as the prefill ends), prefix caching across pools, and moving a
+request between decode replicas once it is there.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import simpy
+
+from sim.engine.request import Request
+from sim.fleet.replica import Replica
+from sim.fleet.router import Router
+from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
+
+
+@dataclass(frozen=True)
+class TransferCost:
+    """What moving one request's KV costs: its bytes per token, over how many parallel links
+    (each ``bytes_per_s`` each way, ``latency_s`` one way), and the model's layers (the
+    overlap's unit)."""
+
+    bytes_per_s: float
+    latency_s: float
+    kv_bytes_per_token: float  # the whole replica's, every layer
+    parallel_links: int
+    num_layers: int
+    overlap: bool
+
+    def seconds(self, prompt_tokens: int, hidden_s: float | None) -> float:
+        """The transfer of ``prompt_tokens`` tokens of KV; ``hidden_s``: the prefill's own time,
+        which a layer-by-layer transfer that starts as the prefill ends overlaps (None: it
+        waited, nothing is hidden)."""
+        whole_s = prompt_tokens * self.kv_bytes_per_token / (self.parallel_links * self.bytes_per_s)
+        if self.overlap and hidden_s is not None:
+            whole_s = max(whole_s - hidden_s, whole_s / self.num_layers)
+        return self.latency_s + whole_s
+
+
+class Disaggregation:
+    """Moves prefilled requests from the prefill pool's replicas to the decode pool's."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        prefill: list[Replica],
+        decode: list[Replica],
+        decode_router: Router,
+        cost: TransferCost,
+    ) -> None:
+        self.env = env
+        self.decode = decode
+        self.decode_router = decode_router
+        self.cost = cost
+        self._by_id = {replica.replica_id: replica for replica in (*prefill, *decode)}
+        for replica in prefill:
+            replica.on_handoff = self._handoff
+        for replica in decode:
+            replica.on_room = self._start_transfers
+        # per decode replica: requests waiting for room, and seats kept for transfers under way
+        self._queues: dict[int, deque[Request]] = {r.replica_id: deque() for r in decode}
+        self._seats_kept: dict[int, int] = dict.fromkeys(self._queues, 0)
+        # each replica's link: the (start, end) of the transfers booked on it, in booking order
+        self._link_busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self._by_id}
+        # room checks each decode replica has made, and each queued request's first one
+        self._checks: dict[int, int] = dict.fromkeys(self._queues, 0)
+        self._first_check: dict[Request, int] = {}
+        self.num_transfers = 0
+
+    def _handoff(self, request: Request, prefill: Replica) -> None:
+        """``prefill`` sampled ``request``'s first token: pick its decode replica, queue it,
+        and look for room there now.
+
+        The room seen is the same whether the decode replica steps one by one or in decode
+        stretches: a stretch's KV growth up to the step in progress counts, and a stretch
+        whose pool a kept room changed ends with that step (as an arrival ends it)."""
+        request.prefill_replica_id = prefill.replica_id
+        decode = self.decode[self.decode_router.choose(request, self.decode)]
+        decode.expect(request)
+        self._queues[decode.replica_id].append(request)
+        self._first_check[request] = self._checks[decode.replica_id] + 1
+        decode.transfers_waiting += 1
+        if self._start_transfers(decode, decode.unapplied_kv_blocks(prefill.priority)):
+            decode.end_stretch_now(prefill.priority)
+
+    def _start_transfers(self, decode: Replica, unapplied_blocks: int = 0) -> int:
+        """Start the transfers queued for ``decode`` while it has room for the head; how many
+        started. ``unapplied_blocks``: its KV a decode stretch grew that the pool does not
+        count yet (``Replica.unapplied_kv_blocks``)."""
+        started = 0
+        queue = self._queues[decode.replica_id]
+        scheduler = decode.engines[0].scheduler
+        seats = self._seats_kept
+        self._checks[decode.replica_id] += 1
+        while queue:
+            request = queue[0]
+            if len(scheduler.running) + seats[decode.replica_id] >= scheduler.max_num_seqs:
+                return started
+            # the blocks are kept under a stand-in until the KV arrives (the request still
+            # holds its prefill replica's blocks until then)
+            keeper = Request(-1, 0.0, request.prompt_tokens, 1)
+            if not scheduler.keep_room(keeper, request, unapplied_blocks):
+                return started
+            decode.kv_changed_outside(keeper.kv_slots // scheduler.kv.block_size)
+            queue.popleft()
+            decode.transfers_waiting -= 1
+            seats[decode.replica_id] += 1
+            # room found at the first look after the handoff: it did not wait for room
+            found_at_once = self._first_check.pop(request) == self._checks[decode.replica_id]
+            self._transfer(request, decode, keeper, found_at_once)
+            started += 1
+        return started
+
+    def _transfer(
+        self, request: Request, decode: Replica, keeper: Request, found_at_once: bool
+    ) -> None:
+        now = self.env.now
+        assert request.prefill_replica_id is not None and request.first_token_time_s is not None
+        ends = (self._link_busy[request.prefill_replica_id], self._link_busy[decode.replica_id])
+        for busy in ends:  # forget what is over
+            while busy and busy[0][1] <= now:
+                busy.pop(0)
+        hidden_s = None
+        if found_at_once and request.first_scheduled_time_s is not None:
+            hidden_s = now - request.first_scheduled_time_s
+        duration = self.cost.seconds(request.prompt_tokens, hidden_s)
+        start = _first_gap(now, duration, ends)
+        if start > now and hidden_s is not None:  # it waited for a link: nothing is hidden
+            duration = self.cost.seconds(request.prompt_tokens, None)
+            start = _first_gap(now, duration, ends)
+        end = start + duration
+        for busy in ends:
+            busy.append((start, end))
+            busy.sort()
+        request.transfer_start_s = start
+        self.num_transfers += 1
+        timeout_at(self.env, end).callbacks.append(
+            lambda _event: self._arrived(request, decode, keeper)
+        )
+
+    def _arrived(self, request: Request, decode: Replica, keeper: Request) -> None:
+        """The KV is on ``decode``: free the prefill side, hand the kept blocks over."""
+        request.transfer_end_s = self.env.now
+        assert request.prefill_replica_id is not None
+        prefill = self._by_id[request.prefill_replica_id]
+        prefill.engines[0].scheduler.kv.free(request)
+        kv = decode.engines[0].scheduler.kv
+        before = kv.num_used_blocks
+        kv.free(keeper)
+        grown = kv.grow(request, request.prompt_tokens)
+        assert grown is not None, "the blocks kept for a transfer were taken"
+        decode.kv_changed_outside(kv.num_used_blocks - before)
+        self._seats_kept[decode.replica_id] -= 1
+        # (more transfers to it start at the end of its next step: ``Replica.on_room``)
+        decode.receive(request, ARRIVAL_PRIORITY)
+        prefill.wake()
+
+
+def _first_gap(now: float, duration: float, links: tuple[list[tuple[float, float]], ...]) -> float:
+    """The earliest time from ``now`` at which every one of ``links`` is free for ``duration``
+    (each a list of booked (start, end) intervals): a transfer may go before one booked later,
+    in a gap it fits."""
+    start = now
+    for booked_start, booked_end in sorted(interval for busy in links for interval in busy):
+        if booked_start >= start + duration:
+            break
+        start = max(start, booked_end)
+    return start

@@ -1,0 +1,81 @@
+"""A disaggregated fleet built from its config (``sim.deploy.disaggregated``): each pool at its
+own price and size in the summary, the printed lines, and one-line refusals of what is not
+modelled or does not add up."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.errors import ConfigError
+from sim.run import simulate
+from tests.fleet.test_disaggregation import ONE_REQUEST, _run
+from tests.support import compose, fleetcast
+
+
+def test_each_pool_at_its_own_price():
+    result, _, _ = _run(
+        "placement=disaggregated",
+        "fleet.replicas=3",
+        "placement.decode.hardware=h200",
+        "placement.decode.tp=2",
+        "workload=poisson",
+        "workload.num_requests=20",
+        "sim.progress=false",
+    )
+    summary, pools = result.summary, result.summary["disaggregation"]
+    h100, h200 = compose()["hardware"], compose("hardware=h200")["hardware"]
+    assert summary["num_gpus"] == 1 + 2 * 2
+    expected = h100["usd_per_gpu_hour"] + 4 * h200["usd_per_gpu_hour"]
+    assert summary["cost"]["usd_per_hour"] == pytest.approx(expected)
+    assert pools["prefill"]["gpu"] == "H100-SXM" and pools["decode"]["gpu"] == "H200"
+    assert pools["decode"]["replicas"] == 2 and pools["decode"]["tp"] == 2
+    assert pools["decode"]["usd_per_hour"] == pytest.approx(4 * h200["usd_per_gpu_hour"])
+    assert summary["cost"]["price_source"].startswith("each pool's GPUs at their own price")
+    # one prefill GPU sends its whole KV over its one link
+    assert pools["kv_link"]["parallel_links"] == 1
+    for pool in ("prefill", "decode"):
+        assert 0 < pools[pool]["gpu_busy_fraction"] <= 1
+
+
+def test_the_printed_summary_names_the_pools(tmp_path):
+    done = fleetcast(*ONE_REQUEST, f"output_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "prefill pool: 1 x 1 H100-SXM" in done.stdout
+    assert "decode pool:  1 x 1 H100-SXM" in done.stdout
+    assert "KV transfer: 1 over custom" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["fleet.replicas=1"], "placement.prefill.replicas"),
+        (["placement.decode.replicas=2"], "placement.decode.replicas"),
+        (["placement.prefill.scheduler=static"], "placement.prefill.scheduler"),
+        (["placement.decode.kv_precision=fp8"], "placement.decode.kv_precision"),
+        (["frontend.token_s=0.001"], "frontend.token_s"),
+        (["placement.decode_router=nope"], "placement.decode_router"),
+        (["placement.decode.hardware=nope"], "placement.decode.settings.hardware"),
+        (["placement.prefill.settings={fleet.replicas: 2}"], "placement.prefill.settings"),
+        (["placement.kv_link=pigeon"], "placement.kv_link"),
+        (["autoscale.policy=rate"], "autoscale.policy"),
+    ],
+)
+def test_refusals_name_the_field(overrides, field):
+    with pytest.raises(ConfigError) as refused:
+        simulate(compose("placement=disaggregated", "fleet.replicas=2", *overrides))
+    assert refused.value.field.startswith(field), str(refused.value)
+
+
+def test_the_report_describes_each_pool(tmp_path):
+    run = tmp_path / "run"
+    done = fleetcast(
+        *ONE_REQUEST, "placement.decode.hardware=h200", f"output_dir={run}", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    done = fleetcast("report", str(run), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (run / "report.md").read_text()
+    assert "1 prefill replica(s) of 1 x H100-SXM" in text
+    assert "1 decode replica(s) of 1 x H200" in text
+    assert "| placement | disaggregated prefill/decode; KV over custom (1 GB/s" in text
+    assert "decode $" in text and "/GPU-hour (H200)" in text
