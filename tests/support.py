@@ -15,6 +15,8 @@ from sim.output.run_files import RunResult
 from tests.contract import table_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# a plan with no what-ifs and no headroom search: only the candidates' own searches
+NO_WHATIFS = ("plan.step_time_scales=[]", "plan.rate_scales=[]", "plan.max_headroom=null")
 
 
 def compose(*overrides: str) -> dict:

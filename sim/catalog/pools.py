@@ -27,8 +27,6 @@ from sim.config.compose import with_settings
 from sim.config.schema import DisaggregatedPlacement, PoolConfig, RunConfig, validate_run
 from sim.errors import ConfigError, require
 
-POOLS = ("prefill", "decode")
-
 # Links between nodes, per GPU and each way (decimal GB/s), and a one-way latency. "nvlink"
 # is the GPU's own NVLink figures from the hardware catalog (both pools in one node).
 NETWORK_LINKS: dict[str, tuple[float, float, str]] = {

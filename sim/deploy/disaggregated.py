@@ -113,11 +113,7 @@ class DisaggregatedFleet:
 
     def billed(self, cost: CostConfig) -> tuple[float, float]:
         """The fleet's GPUs and its $/hour, each pool's GPUs at their own price."""
-        usd_per_hour = sum(
-            pool.replicas * pool.deployment.num_gpus * gpu_price(cost, pool.deployment.gpu)[0]
-            for pool in self.pools
-        )
-        return float(self.num_gpus), usd_per_hour
+        return float(self.num_gpus), sum(_prices(pool, cost)[1] for pool in self.pools)
 
     def connect(self, env: Any, replicas: list[Replica], seed: int) -> Disaggregation:
         """The transfers between the cluster's ``replicas`` (prefill pool first)."""
@@ -130,6 +126,12 @@ class DisaggregatedFleet:
         )
         count = self.prefill.replicas
         return Disaggregation(env, replicas[:count], replicas[count:], router, self.cost)
+
+
+def _prices(pool: Pool, cost: CostConfig) -> tuple[float, float]:
+    """A pool's $/GPU-hour (its GPU's price under ``cost``) and its $/hour."""
+    price = gpu_price(cost, pool.deployment.gpu)[0]
+    return price, pool.replicas * pool.deployment.num_gpus * price
 
 
 def _one_model(pool: Pool) -> Placement:
@@ -169,7 +171,7 @@ def disaggregation_summary(
     pools: dict[str, Any] = {}
     for pool, setup in zip(fleet.pools, fleet.setups, strict=True):
         deployment, totals = pool.deployment, pool_totals[pool.name]
-        price = gpu_price(cost, deployment.gpu)[0]
+        price, usd_per_hour = _prices(pool, cost)
         busy = totals.busy_s
         pools[pool.name] = {
             "replicas": pool.replicas,
@@ -182,7 +184,7 @@ def disaggregation_summary(
             # (as its engines run it: a draft model's share taken out, sim.spec_decode)
             "kv_capacity_tokens": setup.kv_capacity_tokens,
             "usd_per_gpu_hour": price,
-            "usd_per_hour": pool.replicas * deployment.num_gpus * price,
+            "usd_per_hour": usd_per_hour,
             "gpu_busy_fraction": busy / (span_s * pool.replicas) if span_s > 0 else None,
             "kv_utilization": {
                 "mean": totals.kv_busy_s / busy if busy else None,

@@ -102,7 +102,6 @@ class Disaggregation:
         # room checks each decode replica has made, and each queued request's first one
         self._checks: dict[int, int] = dict.fromkeys(self._queues, 0)
         self._first_check: dict[Request, int] = {}
-        self.num_transfers = 0
 
     def _handoff(self, request: Request, prefill: Replica) -> None:
         """``prefill`` sampled ``request``'s first token: pick its decode replica, queue it,
@@ -170,7 +169,6 @@ class Disaggregation:
             busy.append((start, end))
             busy.sort()
         request.transfer_start_s = start
-        self.num_transfers += 1
         timeout_at(self.env, end).callbacks.append(
             lambda _event: self._arrived(request, decode, keeper)
         )

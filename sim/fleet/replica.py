@@ -156,11 +156,7 @@ class Replica:
         replica's step end): it says whether this replica's own step ending right now has
         already been processed, which a decode stretch needs to know when interrupted.
         """
-        request.replica_id = self.replica_id
-        self.num_routed += 1
-        self._count_load()
-        self.num_outstanding += 1
-        self.committed_tokens += request.prompt_tokens + request.output_tokens
+        self.expect(request)
         overhead = self._by_model[request.model_id].step_time.request_overhead_s
         if overhead > 0:  # the server's per-request work before the engine sees it
             timeout_at(self.env, self.env.now + overhead).callbacks.append(
@@ -204,11 +200,15 @@ class Replica:
             self.on_request_done(request, caller_priority)
             return
         scheduler.add(request)
+        self._notice(caller_priority)
+
+    def _notice(self, caller_priority: int) -> None:
+        """Work came in: an idle replica plans now; a decode stretch ends with its step in
+        progress (then the replica plans again)."""
         if self._wakeup is not None:
-            wakeup, self._wakeup = self._wakeup, None
-            wakeup.succeed()
-        elif self._stretch_end_times is not None:
-            self._cut_stretch(caller_priority)
+            self.wake()
+        else:
+            self.end_stretch_now(caller_priority)
 
     def _cut_stretch(self, caller_priority: int) -> None:
         """Something arrived during a decode stretch: end it with the step in progress (then
@@ -228,8 +228,9 @@ class Replica:
         wait_instead(self.process, float(end_times[num_steps - 1]), self.priority)
 
     def expect(self, request: Request) -> None:
-        """A prefilled ``request`` is coming here to decode: it counts as routed here from now
-        (a router weighs it), though its KV is still to arrive (``receive``)."""
+        """``request`` is routed here and counts here from now (a router weighs it): a new one
+        (``add``), or a prefilled one coming to decode whose KV is still to arrive
+        (``receive``)."""
         request.replica_id = self.replica_id
         self.num_routed += 1
         self._count_load()
@@ -240,10 +241,7 @@ class Replica:
         """The KV of ``request`` has arrived (it holds its blocks here): it joins the running
         batch now, as an arrival does."""
         self.engines[0].scheduler.admit_transferred(request)
-        if self._wakeup is not None:
-            self.wake()
-        else:
-            self.end_stretch_now(caller_priority)
+        self._notice(caller_priority)
 
     def unapplied_kv_blocks(self, caller_priority: int) -> int:
         """KV blocks a decode stretch in flight has grown by the step in progress (stepping one
@@ -263,11 +261,6 @@ class Replica:
         its rows, which were all planned before, leave them out."""
         if self._stretch_decodes is not None:
             self._outside_blocks += blocks
-
-    @property
-    def idle(self) -> bool:
-        """Whether the replica is waiting for work (no step under way)."""
-        return self._wakeup is not None
 
     def end_stretch_now(self, caller_priority: int) -> None:
         """Something must be looked at when the step in progress ends: a decode stretch under

@@ -11,6 +11,8 @@ uncertainty of each figure.
   resumes), and the local launcher;
 - ``answer``: what a plan found per candidate, as ``plan.json``, ``plan.parquet`` rows and the
   ranked table;
+- ``candidates``: what a plan searches: the grid's combinations, the keys the planner sets
+  itself, each candidate's fewest replicas (a disaggregated fleet's prefill pool plus one);
 - ``planner``: the command: the plan's settings, candidates from a grid or a list, the
   searches with their what-ifs and headroom, the plan folder and the progress;
 - ``day``: a day of a ``daily`` workload planned by period, and three fleets for the day (the

@@ -10,7 +10,7 @@ say what to plan. Each candidate (one combination of ``plan.grid``) is searched
 (``sim.plan.search``) with each point replicated (``sim.plan.replications``) under seeds
 ``seed, seed + 1, ...``, the same for every candidate. A disaggregated candidate
 (``placement=disaggregated``) is searched over its pools' total, the decode pool being the rest,
-from its prefill pool plus one decode replica up (``fewest_replicas``); a grid over
+from its prefill pool plus one decode replica up (``sim.plan.candidates``); a grid over
 ``placement.prefill.replicas`` and ``placement.decode.hardware`` plans the xPyD ratio and each
 pool's GPU, and each answer names its pools, each priced at its own GPU's rate. The plan
 folder holds:
@@ -39,7 +39,6 @@ simulation's identity in ``runs/``.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -60,6 +59,7 @@ import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
+from sim.plan.candidates import candidates, fewest_replicas, refuse_planned
 from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_checks, day_table
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
@@ -113,66 +113,6 @@ def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
         raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
     refuse_planned(rest)
     return validate(PlanConfig, merged, "plan"), rest
-
-
-# keys the planner sets for every simulation: a candidate or the base may not
-PLANNED = ("fleet.replicas", "seed")
-
-
-def refuse_planned(overrides: list[str]) -> None:
-    """ConfigError on the first override of a key the planner sets itself."""
-    for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
-        require(
-            key not in PLANNED,
-            key,
-            override.split("=", 1)[-1],
-            "fleetcast plan sets it (the replica count it searches, the seeds of the "
-            "replications; plan.seed gives the first); leave it out",
-        )
-
-
-def fewest_replicas(cfg: dict[str, Any]) -> int:
-    """The fewest replicas the fleet of a composed config can have: a disaggregated fleet's
-    prefill pool and one decode replica, otherwise 1. The plan searches ``fleet.replicas``,
-    both pools together, with the decode pool the rest (``sim.catalog.pools``), so a grid over
-    ``placement.prefill.replicas`` and ``placement.decode.hardware`` gives xPyD candidates,
-    each searched from ``prefill + 1`` up: a total that leaves no decode replica is never
-    simulated. ConfigError for a decode pool of a fixed size."""
-    placement = cfg.get("placement") or {}
-    if placement.get("mode") != "disaggregated":
-        return 1
-    decode = (placement.get("decode") or {}).get("replicas")
-    if decode is not None:
-        raise ConfigError(
-            "placement.decode.replicas",
-            decode,
-            "fleetcast plan searches fleet.replicas, both pools together, with the decode pool "
-            "the rest: leave it null and plan over placement.prefill.replicas",
-        )
-    prefill = (placement.get("prefill") or {}).get("replicas") or 1
-    return int(prefill) + 1
-
-
-def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
-    """Every combination of the grid, as overrides (one empty candidate for no grid)."""
-    for key, values in grid.items():
-        require(key not in PLANNED, f"plan.grid.{key}", values, "fleetcast plan sets it")
-        require(
-            isinstance(values, list) and bool(values),
-            f"plan.grid.{key}",
-            values,
-            "give a non-empty list of values",
-        )
-    keys = list(grid)
-    return [
-        [f"{k}={_text(v)}" for k, v in zip(keys, combo, strict=True)]
-        for combo in itertools.product(*(grid[k] for k in keys))
-    ]
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
 def plan_candidate(

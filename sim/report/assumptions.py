@@ -148,6 +148,32 @@ def price_text(config: Mapping, summary: Mapping) -> str:
     return f"{head} (hardware.usd_per_gpu_hour): {catalog}{dated}"
 
 
+def _pools_rows(
+    pools: Mapping, placement: Mapping, config: Mapping, summary: Mapping
+) -> tuple[str, str, str]:
+    """A disaggregated run's fleet, placement and GPU price rows, from its summary block."""
+    names = ("prefill", "decode")
+    link = pools.get("kv_link") or {}
+    fleet = "; ".join(pools_text(pools, name) for name in names)
+    placement_text = (
+        f"disaggregated prefill/decode; KV over {link.get('name', '?')} "
+        f"({_num(link.get('gb_per_s'))} GB/s x {link.get('parallel_links', '?')} link(s), "
+        f"{_num(link.get('latency_us'))} us"
+        f"{', overlapped layer by layer' if link.get('overlap') else ''}); decode router "
+        f"{placement.get('decode_router', '?')}"
+    )
+    prices = "; ".join(
+        f"{name} ${(pools.get(name) or {}).get('usd_per_gpu_hour', 0):,.2f}/GPU-hour "
+        f"({(pools.get(name) or {}).get('gpu', '?')})"
+        for name in names
+    )
+    return (
+        f"{fleet}; {summary.get('num_gpus', '?')} GPU(s)",
+        placement_text,
+        f"{prices}; the fleet's mean {price_text(config, summary)}",
+    )
+
+
 def command_text(program: str, overrides: list[str] | None) -> str | None:
     return None if overrides is None else shlex.join([*program.split(), *overrides])
 
@@ -204,34 +230,10 @@ def assumptions_table(
     ]
     pools = summary.get("disaggregation")
     if pools:  # the pools as they ran (their GPUs, prices, use), not the config's nulls
-        link = pools.get("kv_link") or {}
-        rows[3] = [
-            "fleet",
-            "; ".join(pools_text(pools, name) for name in ("prefill", "decode"))
-            + f"; {summary.get('num_gpus', '?')} GPU(s)",
-        ]
-        rows.insert(
-            4,
-            [
-                "placement",
-                f"disaggregated prefill/decode; KV over {link.get('name', '?')} "
-                f"({_num(link.get('gb_per_s'))} GB/s x {link.get('parallel_links', '?')} link(s), "
-                f"{_num(link.get('latency_us'))} us"
-                f"{', overlapped layer by layer' if link.get('overlap') else ''}); decode router "
-                f"{placement.get('decode_router', '?')}",
-            ],
-        )
-        for row in rows:  # each pool at its own price
-            if row[0] == "GPU price":
-                priced = {name: pools.get(name) or {} for name in ("prefill", "decode")}
-                row[1] = (
-                    "; ".join(
-                        f"{name} ${pool.get('usd_per_gpu_hour', 0):,.2f}/GPU-hour "
-                        f"({pool.get('gpu', '?')})"
-                        for name, pool in priced.items()
-                    )
-                    + f"; the fleet's mean {price_text(config, summary)}"
-                )
+        fleet_text, placement_text, prices = _pools_rows(pools, placement, config, summary)
+        for row in rows:
+            row[1] = {"fleet": fleet_text, "GPU price": prices}.get(row[0], row[1])
+        rows.insert(4, ["placement", placement_text])
     elif placement.get("mode", "single") != "single":
         rows.insert(4, ["placement", _settings(placement)])
     if (_get(config, "frontend", "token_s") or 0) > 0:

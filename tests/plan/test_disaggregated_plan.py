@@ -25,8 +25,10 @@ import yaml
 
 from sim.errors import ConfigError
 from sim.plan.answer import ranked_table
-from sim.plan.planner import fewest_replicas, run_plan
+from sim.plan.candidates import fewest_replicas
+from sim.plan.planner import run_plan
 from sim.plan.search import smallest_meeting
+from tests.support import NO_WHATIFS
 
 H100, H200 = 2.99, 3.80  # $/GPU-hour, the hardware catalog's on-demand prices
 FLEET = (
@@ -160,9 +162,7 @@ def test_a_candidate_that_needs_more_than_the_maximum_is_infeasible_with_the_rea
             "plan.candidates=[[placement.prefill.replicas=4]]",
             "plan.slo=[ttft_s.p99 <= 0.05]",
             "plan.max_replicas=4",
-            "plan.step_time_scales=[]",
-            "plan.rate_scales=[]",
-            "plan.max_headroom=null",
+            *NO_WHATIFS,
             "plan.jobs=1",
             f"plan.output_dir={tmp_path}",
         ],

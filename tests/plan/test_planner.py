@@ -10,11 +10,13 @@ import pytest
 
 from sim.cli import run_hydra
 from sim.errors import ConfigError
-from sim.plan.planner import candidates, load_plan, run_plan
+from sim.plan.candidates import candidates
+from sim.plan.planner import load_plan, run_plan
 from sim.plan.planner import main as plan_main
 from sim.plan.replications import evaluate, t_quantile
 from sim.plan.search import smallest_meeting
 from sim.plan.slo import Constraint, parse
+from tests.support import NO_WHATIFS
 
 
 @pytest.mark.parametrize("answer", [1, 2, 3, 7, 8, 9, 33, 64])
@@ -327,9 +329,7 @@ def test_a_candidate_the_catalog_cannot_run_is_infeasible_with_the_reason(tmp_pa
             "workload.num_requests=50",
             "plan.slo=[ttft_s.p99 <= 5]",
             "plan.candidates=[[hardware=a100_80g, precision.weights=fp8]]",
-            "plan.step_time_scales=[]",
-            "plan.rate_scales=[]",
-            "plan.max_headroom=null",
+            *NO_WHATIFS,
             f"plan.output_dir={tmp_path}",
         ],
         progress=False,
@@ -345,9 +345,7 @@ def test_a_load_grid_composes_with_the_base_workload(tmp_path):
             "workload.num_requests=60",
             "plan.grid={workload.qps: [2, 4]}",
             "plan.slo=[ttft_s.p99 <= 5]",
-            "plan.step_time_scales=[]",
-            "plan.rate_scales=[]",
-            "plan.max_headroom=null",
+            *NO_WHATIFS,
             "plan.jobs=1",
             f"plan.output_dir={tmp_path}",
         ],
