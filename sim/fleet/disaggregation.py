@@ -94,9 +94,10 @@ class Disaggregation:
             replica.on_handoff = self._handoff
         for replica in decode:
             replica.on_room = self._start_transfers
-        # per decode replica: requests waiting for room, and seats kept for transfers under way
+            replica.engines[0].scheduler.in_pool = True
+        # per decode replica: requests waiting for room (the seats kept for transfers under way
+        # are its scheduler's ``seats_kept``)
         self._queues: dict[int, deque[Request]] = {r.replica_id: deque() for r in decode}
-        self._seats_kept: dict[int, int] = dict.fromkeys(self._queues, 0)
         # each replica's link: the (start, end) of the transfers booked on it, in booking order
         self._link_busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self._by_id}
         # room checks each decode replica has made, and each queued request's first one
@@ -126,11 +127,10 @@ class Disaggregation:
         started = 0
         queue = self._queues[decode.replica_id]
         scheduler = decode.engines[0].scheduler
-        seats = self._seats_kept
         self._checks[decode.replica_id] += 1
         while queue:
             request = queue[0]
-            if len(scheduler.running) + seats[decode.replica_id] >= scheduler.max_num_seqs:
+            if len(scheduler.running) + scheduler.seats_kept >= scheduler.max_num_seqs:
                 return started
             # the blocks are kept under a stand-in until the KV arrives (the request still
             # holds its prefill replica's blocks until then)
@@ -140,7 +140,7 @@ class Disaggregation:
             decode.kv_changed_outside(keeper.kv_slots // scheduler.kv.block_size)
             queue.popleft()
             decode.transfers_waiting -= 1
-            seats[decode.replica_id] += 1
+            scheduler.seats_kept += 1
             # room found at the first look after the handoff: it did not wait for room
             found_at_once = self._first_check.pop(request) == self._checks[decode.replica_id]
             self._transfer(request, decode, keeper, found_at_once)
@@ -168,7 +168,8 @@ class Disaggregation:
         for busy in ends:
             busy.append((start, end))
             busy.sort()
-        request.transfer_start_s = start
+        if decode.horizon_s is None or start < decode.horizon_s:  # (never seen past it)
+            request.transfer_start_s = start
         timeout_at(self.env, end).callbacks.append(
             lambda _event: self._arrived(request, decode, keeper)
         )
@@ -185,7 +186,6 @@ class Disaggregation:
         grown = kv.grow(request, request.prompt_tokens)
         assert grown is not None, "the blocks kept for a transfer were taken"
         decode.kv_changed_outside(kv.num_used_blocks - before)
-        self._seats_kept[decode.replica_id] -= 1
         # (more transfers to it start at the end of its next step: ``Replica.on_room``)
         decode.receive(request, ARRIVAL_PRIORITY)
         prefill.wake()

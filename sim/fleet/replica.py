@@ -339,9 +339,9 @@ class Replica:
             if scheduler.kv.pending_loaded_tokens:  # its admissions copy KV from host memory
                 plan.host_loaded_tokens = scheduler.kv.take_loaded_tokens()
             if plan.is_empty:
-                # only a prefill replica whose KV waits on transfers plans nothing: it sleeps
-                # until one ends (``wake``) or a request arrives
-                assert scheduler.decode_pool is not None, (
+                # only a disaggregated pool's replica whose KV is held for transfers plans
+                # nothing: it sleeps until one ends (``wake``, ``receive``) or a request arrives
+                assert scheduler.in_pool, (
                     f"replica {self.replica_id}: scheduler planned nothing with "
                     f"{scheduler.num_outstanding} requests outstanding"
                 )

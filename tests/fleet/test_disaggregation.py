@@ -98,19 +98,21 @@ def _cluster(*overrides: str) -> tuple[Cluster, DisaggregatedFleet]:
 def test_kv_is_held_on_both_sides_during_the_transfer_and_freed_after():
     cluster, _ = _cluster(*ONE_REQUEST, "placement.kv_transfer_overlap=false")
     prefill, decode = (r.engines[0].scheduler for r in cluster.replicas)
-    request = None
     blocks = -(-1000 // 16)  # the prompt's blocks of 16 tokens
     env = cluster.env
-    while env.peek() != float("inf"):
+    while not prefill.running:  # until the request is being prefilled
         env.step()
-        if request is None and prefill.running:
-            request = prefill.running[0]
-        if request is not None and request.status is TRANSFERRING and request.transfer_start_s:
-            if env.now > request.transfer_start_s:  # the transfer is under way
-                assert prefill.kv.num_used_blocks == blocks
-                assert decode.kv.num_used_blocks == blocks
-                assert request not in prefill.running
-    assert request is not None and request.status == COMPLETED
+    request = prefill.running[0]
+    while request.transfer_start_s is None:  # until its transfer is booked
+        env.step()
+    start = request.transfer_start_s
+    env.run(until=start + 0.5 * 0.131072)  # halfway through the 131 ms transfer
+    assert request.status is TRANSFERRING and request not in prefill.running
+    assert prefill.kv.num_used_blocks == blocks
+    assert decode.kv.num_used_blocks == blocks
+    assert not decode.running
+    env.run()
+    assert request.status == COMPLETED
     assert prefill.kv.num_used_blocks == 0 and decode.kv.num_used_blocks == 0
     assert request.kv_slots == 0
 
@@ -197,3 +199,63 @@ def test_runs_are_deterministic_and_stretches_change_nothing(scheduler):
     for other in (again, stepwise):
         assert first.requests.equals(other.requests)
         assert first.steps.equals(other.steps)
+
+
+# a decode pool small enough that decodes preempt one another while transfers keep room there
+PREEMPTING_DECODES = (
+    "placement=disaggregated",
+    "fleet.replicas=3",
+    "workload=poisson",
+    "workload.qps=100",
+    "workload.num_requests=150",
+    "workload.prompt_tokens={dist: uniform, low: 10, high: 400}",
+    "workload.output_tokens={dist: uniform, low: 1, high: 120}",
+    "placement.decode.settings={kv.num_blocks: 30}",
+    "placement.prefill.settings={kv.num_blocks: 60}",
+    "sim.progress=false",
+)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang", "trtllm", "sarathi", "prefill_first"])
+def test_preempted_decodes_get_room_before_transfers_and_nothing_stalls(scheduler):
+    result, req, steps = _run(*PREEMPTING_DECODES, f"scheduler={scheduler}")
+    assert not table_problems(result.requests, result.steps, result.summary)
+    # every request ends: completed, or refused up front for a decode pool too small for it
+    assert set(req["status"]) == {COMPLETED, "rejected"}
+    assert set(req["reject_reason"][req["status"] == "rejected"]) == {"kv_capacity"}
+    decoding = steps["pool"] == "decode"
+    assert steps["kv_blocks_used"][decoding].max() <= 30
+    if scheduler != "trtllm":  # (guaranteed_no_evict never preempts)
+        assert result.summary["num_preemptions"] > 0
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang", "sarathi", "prefill_first"])
+def test_seats_kept_for_transfers_count_against_max_num_seqs(scheduler):
+    seats = "scheduler.max_running_requests" if scheduler == "sglang" else "scheduler.max_num_seqs"
+    result, req, steps = _run(
+        *(o for o in PREEMPTING_DECODES if not o.startswith("placement.decode.settings")),
+        f"scheduler={scheduler}",
+        "placement.prefill.replicas=2",
+        "workload.qps=200",
+        f"placement.decode.settings={{kv.num_blocks: 30, kv.watermark: 0, {seats}: 4}}",
+    )
+    assert set(req["status"]) <= {COMPLETED, "rejected"}
+    assert steps["num_seqs"][steps["pool"] == "decode"].max() <= 4
+
+
+def test_no_transfer_time_is_stamped_past_the_horizon():
+    result, req, _ = _run(
+        *ONE_REQUEST[:5],
+        "workload.qps=50",
+        "workload.num_requests=200",
+        "workload.prompt_tokens=2000",
+        "workload.output_tokens=50",
+        "placement.kv_link={gb_per_s: 1, latency_us: 1000}",
+        "sim.horizon_s=2",
+        "sim.progress=false",
+    )
+    assert (req["status"] == "unfinished").any()
+    for column in ("transfer_start_s", "transfer_end_s"):
+        stamped = req[column][~np.isnan(req[column])]
+        assert len(stamped) and (stamped < 2).all()
+    assert result.summary["disaggregation"]["transfer_wait_s"]["p99"] < 2

@@ -92,6 +92,11 @@ class Scheduler:
         self.running: list[Request] = []
         # a prefill pool's decode pool (``hand_off_to``); None: requests finish here
         self.decode_pool: Scheduler | None = None
+        # a disaggregated pool's (sim.fleet.disaggregation): its KV may be held for transfers,
+        # so it may have nothing to plan while requests wait; and, in a decode pool, the seats
+        # kept for transfers under way, which every policy's admission counts as taken
+        self.in_pool = False
+        self.seats_kept = 0
 
     # -- admission -------------------------------------------------------------------------
 
@@ -104,6 +109,7 @@ class Scheduler:
         leaves once its first token is sampled, its KV held until the transfer ends, and
         ``decode`` (a decode replica's scheduler) must be able to serve the rest of it."""
         self.decode_pool = decode
+        self.in_pool = True
 
     def speculate(self, acceptance: DraftAcceptance) -> None:
         """Verify ``acceptance.num_draft_tokens`` drafts with every decode from now on
@@ -290,7 +296,10 @@ class Scheduler:
         """A decode pool's scheduler keeps KV room for a prefilled ``request`` under ``keeper``
         (a stand-in holding the blocks until the KV arrives), if it has it now: room for its
         prompt above the watermark (it grows from there as it decodes). ``unapplied_blocks``:
-        blocks a decode stretch in flight holds that the pool does not count yet."""
+        blocks a decode stretch in flight holds that the pool does not count yet. Requests
+        it preempted, waiting, get room first: a transfer finds none while they wait."""
+        if self.waiting:
+            return False
         kv = self.kv
         free = kv.num_free_blocks - unapplied_blocks - kv.watermark_blocks
         if kv.blocks_for(request.prompt_tokens) > free:
@@ -301,6 +310,8 @@ class Scheduler:
         """A decode pool's scheduler takes a prefilled ``request`` whose KV has arrived: it
         holds its blocks already, and joins the running batch (its seat was kept for it,
         ``sim.fleet.disaggregation``)."""
+        self.seats_kept -= 1
+        assert len(self.running) + self.seats_kept < self.max_num_seqs, "a transfer's seat taken"
         request.status = RUNNING
         self.running.append(request)
 

@@ -25,7 +25,7 @@ class PrefillFirstScheduler(Scheduler):
         plan = StepPlan()
         budget = self.max_num_batched_tokens
         waiting = self.waiting
-        while waiting and len(self.running) < self.max_num_seqs:
+        while waiting and len(self.running) + self.seats_kept < self.max_num_seqs:
             request = waiting[0]
             num_tokens = self.admission_tokens(request)
             if num_tokens > budget or not self.try_admit(request, num_tokens):

@@ -226,8 +226,8 @@ class SGLangScheduler(Scheduler):
                 self.batch_is_full = False
                 self.new_token_ratio = self.init_new_token_ratio
                 plan = self._prefill_batch()
-                if plan is None:  # a prefill pool's KV held by transfers: wait for one
-                    assert self.decode_pool is not None, "work, yet no prefill nor decode"
+                if plan is None:  # a pool's KV held for transfers: wait for one to end
+                    assert self.in_pool, "work, yet no prefill nor decode"
                     return StepPlan()
         return plan
 
@@ -241,7 +241,7 @@ class SGLangScheduler(Scheduler):
         if chunked is None and (self.batch_is_full or not self.waiting):
             return None
         decoding = self._decoding()
-        if chunked is None and len(self.running) >= self.max_running_requests:
+        if chunked is None and len(self.running) + self.seats_kept >= self.max_running_requests:
             self.batch_is_full = True
             return None
         plan = StepPlan()
@@ -274,7 +274,7 @@ class SGLangScheduler(Scheduler):
         admitted = 0
         waiting = self.waiting
         while waiting:
-            if len(self.running) >= self.max_running_requests:
+            if len(self.running) + self.seats_kept >= self.max_running_requests:
                 self.batch_is_full = True
                 break
             request = waiting[0]
@@ -389,12 +389,12 @@ class SGLangScheduler(Scheduler):
             # Not SGLang's: the last request can only grow if the chunked prompt lets go.
             victim, self.chunked = self.chunked, None
             self._requeue(victim, plan)
+        if not self._decodes_fit(keep) and self.in_pool:  # KV kept for transfers: wait for one
+            self._requeue(keep.pop(), plan)
         assert self._decodes_fit(keep), "one request alone does not fit (refusal missed it)"
-        generated = sum(r.num_generated for r in keep)
-        max_new = sum(r.output_tokens for r in keep)
-        self.new_token_ratio = min(
-            1.0, (generated + self.retract_decode_steps * len(keep)) / (max_new + 1)
-        )
+        if keep:  # (none kept: only in a pool, the ratio left as it was)
+            generated = sum(r.num_generated for r in keep) + self.retract_decode_steps * len(keep)
+            self.new_token_ratio = min(1.0, generated / (sum(r.output_tokens for r in keep) + 1))
         kept = set(map(id, keep))
         return [r for r in decoding if id(r) in kept]  # in admission order
 

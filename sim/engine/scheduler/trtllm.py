@@ -135,7 +135,7 @@ class TRTLLMScheduler(Scheduler):
         coming to a decode pool needs room for all of it, beyond what the running requests
         will still take. (Blocks a stretch has not applied yet are both missing from the used
         ones and still counted as to come: they cancel out.)"""
-        if not self.no_evict:
+        if not self.no_evict or self.waiting:
             return super().keep_room(keeper, request, unapplied_blocks)
         kv = self.kv
         available = kv.num_free_blocks - kv.watermark_blocks
@@ -159,7 +159,7 @@ class TRTLLMScheduler(Scheduler):
         fitting = generating + contexts
         for request in self.waiting:
             needed = self.blocks_to_completion(request)
-            if len(fitting) >= self.max_num_seqs or needed > available:
+            if len(fitting) + self.seats_kept >= self.max_num_seqs or needed > available:
                 break
             available -= needed
             fitting.append(request)
@@ -194,7 +194,7 @@ class TRTLLMScheduler(Scheduler):
         for request in self.waiting:
             needed = kv.blocks_for(request.num_uncomputed_tokens)  # its whole first context
             if (
-                len(fitting) >= self.max_num_seqs
+                len(fitting) + self.seats_kept >= self.max_num_seqs
                 or scheduled + needed > kv.num_free_blocks - kv.watermark_blocks
             ):
                 break

@@ -155,7 +155,7 @@ class VLLMScheduler(Scheduler):
         while (
             waiting
             and budget > 0
-            and len(self.running) < self.max_num_seqs
+            and len(self.running) + self.seats_kept < self.max_num_seqs
             and len(plan.prefills) < self.max_prefills
         ):
             request = waiting[0]
