@@ -221,8 +221,9 @@ def simulate(
         model_ids = workload.sessions.per_row(
             placement.model_ids(workload.sessions.num_sessions, run.seed)
         )
-    schedulers = [setup.scheduler(m) for m in range(len(placement.deployments))]
-    if pooled is not None:  # (it asks the decode pool too)
+    if pooled is None:
+        schedulers = [setup.scheduler(m) for m in range(len(placement.deployments))]
+    else:  # (it asks the decode pool too)
         schedulers = [pooled.prefill_scheduler()]
     pattern = getattr(spec, "pattern", None)
     length_field = (

@@ -92,6 +92,9 @@ class Speculation:
             " setting): use placement=single or disaggregated, or set it to 0",
         )
         self._draft_step_times: list[StepTimeModel] = []
+        # each model's drafter KV per token per GPU, held (and, disaggregated, sent) beside the
+        # target's
+        self.drafter_kv_bytes_per_token_per_gpu: list[float] = []
         targets = []
         for target in placement.deployments:
             weights, kv = 0.0, 0.0  # the drafter's bytes per GPU, and per token per GPU
@@ -107,6 +110,7 @@ class Speculation:
                 layers_per_gpu = math.ceil(target.model.num_layers / target.pp)
                 weights = target.memory.weight_bytes_per_gpu / layers_per_gpu
                 kv = target.memory.kv_bytes_per_token_per_gpu / layers_per_gpu
+            self.drafter_kv_bytes_per_token_per_gpu.append(kv)
             targets.append(_with_drafter(target, weights, kv, run))
         self.placement = replace(placement, deployments=tuple(targets))
         self._num_engines = 0

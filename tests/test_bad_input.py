@@ -114,7 +114,7 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
     (
         "decode pool gpu unknown",
         ["placement=disaggregated", "placement.decode.hardware=h900"],
-        "placement.decode.settings.hardware='h900'",
+        "placement.decode.hardware='h900'",
     ),
     ("steps mode", ["output.steps=some"], "output.steps='some'"),
     ("bucket zero", ["output.step_bucket_s=0"], "output.step_bucket_s=0"),

@@ -244,6 +244,11 @@ def test_every_scheduler_keeps_kv_in_its_pool_and_ends_each_request_once(name):
     # every output token after the first came from a decode step, once
     assert steps["num_decode_tokens"].sum() == (req["output_tokens"] - 1).sum()
     assert result.summary["spec_decode"]["decode_sequence_steps"] > 0
+    # the decode pool does the decoding, more than a token per sequence a step (2.53 expected
+    # at K=3, a=0.7; a request's last step is cut to what it has left)
+    decoding = steps["pool"] == "decode"
+    assert steps["num_decode_tokens"][~decoding].sum() == 0
+    assert steps["num_decode_tokens"][decoding].sum() > 1.5 * steps["num_seqs"][decoding].sum()
     # the pool is small enough to preempt (guaranteed_no_evict never does; SGLang's admission
     # reserves outputs ahead, so it retracts only now and then)
     if not name.startswith(("trtllm", "sglang")) or name == "trtllm_max_util_chunked":
@@ -262,6 +267,11 @@ def test_a_disaggregated_fleet_speculates_on_its_decode_pool():
     steps = columns(result.steps)
     assert steps["num_decode_tokens"].sum() == (req["output_tokens"] - 1).sum()
     assert result.summary["spec_decode"]["decode_sequence_steps"] > 0
+    # the decode pool does the decoding, more than a token per sequence a step (2.53 expected
+    # at K=3, a=0.7; a request's last step is cut to what it has left)
+    decoding = steps["pool"] == "decode"
+    assert steps["num_decode_tokens"][~decoding].sum() == 0
+    assert steps["num_decode_tokens"][decoding].sum() > 1.5 * steps["num_seqs"][decoding].sum()
 
 
 # -- the same run twice -----------------------------------------------------------------------

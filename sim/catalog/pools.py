@@ -73,16 +73,39 @@ class Pool:
     replicas: int
 
 
+# the run's fields a pool sets by a key of its own (placement.decode.tp sets the pool's fleet.tp)
+POOL_KEYS = {
+    "hardware": "hardware",
+    "fleet.tp": "tp",
+    "precision.weights": "weights",
+    "precision.kv": "kv_precision",
+    "scheduler": "scheduler",
+}
+
+
 def pool_settings(pool: PoolConfig) -> dict[str, Any]:
     """The pool's changes as engine settings over the run's config (``with_settings``)."""
-    named = {
-        "hardware": pool.hardware,
-        "fleet.tp": pool.tp,
-        "precision.weights": pool.weights,
-        "precision.kv": pool.kv_precision,
-        "scheduler": pool.scheduler,
-    }
+    named = {field: getattr(pool, key) for field, key in POOL_KEYS.items()}
     return {**{k: v for k, v in named.items() if v is not None}, **(pool.settings or {})}
+
+
+def in_pool_terms(err: ConfigError, name: str, pool: PoolConfig) -> ConfigError:
+    """``err``, raised while building the ``name`` pool, in the pool's terms: a field the pool
+    sets is named by the pool's key (``placement.decode.tp``, not ``fleet.tp``), and so are the
+    fixes its reason suggests; a field the pool inherits keeps the run's name."""
+    prefix = f"placement.{name}"
+    field = err.field.removeprefix(f"{prefix}.settings.")
+    key = POOL_KEYS.get(field)
+    if key is not None and getattr(pool, key) is not None:
+        field = f"{prefix}.{key}"
+    elif field in (pool.settings or {}):
+        field = f"{prefix}.settings.{field}"
+    else:
+        field = err.field
+    reason = err.reason
+    for run_field in ("fleet.tp", "precision.weights"):  # the fixes a memory plan suggests
+        reason = reason.replace(f"{run_field}=", f"{prefix}.{POOL_KEYS[run_field]}=")
+    return ConfigError(field, err.value, f"in the {name} pool: {reason}")
 
 
 def build_pools(cfg: dict[str, Any], run: RunConfig) -> tuple[Pool, Pool]:
@@ -114,16 +137,16 @@ def build_pools(cfg: dict[str, Any], run: RunConfig) -> tuple[Pool, Pool]:
         ("decode", placement.decode, decode_replicas),
     ):
         field = f"placement.{name}"
-        pool_cfg = with_settings(
-            cfg, pool_settings(pool), f"{field}.settings", f"{field}.replicas gives the count"
-        )
-        # a pool is one model's fleet: its own config must not be disaggregated again
-        pool_cfg["placement"] = {"mode": "single"}
-        pool_run = validate_run(pool_cfg)
         try:
+            pool_cfg = with_settings(
+                cfg, pool_settings(pool), f"{field}.settings", f"{field}.replicas gives the count"
+            )
+            # a pool is one model's fleet: its own config must not be disaggregated again
+            pool_cfg["placement"] = {"mode": "single"}
+            pool_run = validate_run(pool_cfg)
             deployment = build_deployment(pool_run)
         except ConfigError as err:
-            raise ConfigError(err.field, err.value, f"in the {name} pool: {err.reason}") from None
+            raise in_pool_terms(err, name, pool) from None
         pools.append(Pool(name, pool_cfg, pool_run, deployment, count))
     return pools[0], pools[1]
 

@@ -12,14 +12,15 @@ free links), where back-pressure shows; ``handoff_s``: first token to the KV's a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from sim import rng
 from sim.catalog.placement import Placement
-from sim.catalog.pools import Pool, build_pools, kv_link
+from sim.catalog.pools import Pool, build_pools, in_pool_terms, kv_link
 from sim.config.build import build
 from sim.config.compose import load_option
 from sim.config.schema import CostConfig, DisaggregatedPlacement, RunConfig
@@ -38,7 +39,7 @@ class DisaggregatedFleet:
     the config before the run: every refusal comes first)."""
 
     def __init__(self, cfg: dict[str, Any], run: RunConfig) -> None:
-        placement = run.placement
+        placement = self.placement_config = run.placement
         assert isinstance(placement, DisaggregatedPlacement)
         _refuse_unmodelled(run)
         self.prefill, self.decode = build_pools(cfg, run)
@@ -65,16 +66,25 @@ class DisaggregatedFleet:
             f"kv.block_size={decode.memory.block_size}",
             f"both pools need the same KV block size (prefill: {prefill.memory.block_size})",
         )
-        self.setups = tuple(
-            EngineSetup(pool.cfg, pool.run, _one_model(pool))
-            for pool in (self.prefill, self.decode)
-        )
+        with self._in_terms_of("prefill"):
+            prefill_setup = EngineSetup(
+                self.prefill.cfg, self.prefill.run, _one_model(self.prefill)
+            )
+        with self._in_terms_of("decode"):
+            decode_setup = EngineSetup(self.decode.cfg, self.decode.run, _one_model(self.decode))
+            # what a prefill replica asks before taking a request (``Scheduler.hand_off_to``):
+            # built once, before the decode replicas' own, so that their acceptance draws
+            # (``spec_decode.N``) do not depend on the prefill pool's size
+            self._decode_reference = decode_setup.scheduler(0)
+        self.setups = (prefill_setup, decode_setup)
         self.link = link = kv_link(placement, prefill.gpu, decode.gpu)
-        memory = prefill.memory
+        kv_per_token_per_gpu = prefill.memory.kv_bytes_per_token_per_gpu
+        if prefill_setup.spec is not None:  # a drafter's KV moves with the target's
+            kv_per_token_per_gpu += prefill_setup.spec.drafter_kv_bytes_per_token_per_gpu[0]
         self.cost = TransferCost(
             link.bytes_per_s,
             link.latency_s,
-            kv_bytes_per_token=memory.kv_bytes_per_token_per_gpu * prefill.num_gpus,
+            kv_bytes_per_token=kv_per_token_per_gpu * prefill.num_gpus,
             parallel_links=min(prefill.num_gpus, decode.num_gpus),
             num_layers=prefill.model.num_layers,
             overlap=placement.kv_transfer_overlap,
@@ -97,10 +107,19 @@ class DisaggregatedFleet:
     def num_gpus(self) -> int:
         return sum(pool.replicas * pool.deployment.num_gpus for pool in self.pools)
 
+    @contextmanager
+    def _in_terms_of(self, name: str) -> Iterator[None]:
+        """A config error raised inside, in the ``name`` pool's terms (``in_pool_terms``)."""
+        try:
+            yield
+        except ConfigError as err:
+            raise in_pool_terms(err, name, getattr(self.placement_config, name)) from None
+
     def prefill_scheduler(self) -> Scheduler:
         """A prefill replica's scheduler, handing its requests to the decode pool's kind."""
-        scheduler = self.setups[0].scheduler(0)
-        scheduler.hand_off_to(self.setups[1].scheduler(0))
+        with self._in_terms_of("prefill"):
+            scheduler = self.setups[0].scheduler(0)
+        scheduler.hand_off_to(self._decode_reference)
         return scheduler
 
     def replica_engines(self) -> list[list[Engine]]:

@@ -21,7 +21,8 @@ et al., ISCA 2024, as NVIDIA Dynamo and llm-d run it):
    tp x pp): every GPU has its own link and moves its share of the KV. With
    ``kv_transfer_overlap`` the KV streams layer by layer while the prompt is computed
    (Mooncake; Dynamo's NIXL): a transfer that starts as the prefill ends waits only for what
-   the prefill did not hide, and never less than its last layer's share. One that waited for
+   the prefill did not hide, and never less than its last layer's share; what it hides is the
+   part of the prefill during which both links carried no other transfer. One that waited for
    room or for a link gets no overlap: its layers were computed long before it started.
 4. When it ends, the prefill replica releases the blocks (and plans again if it was stalled
    on them), and the request joins the decode replica's running batch, its seat and blocks
@@ -98,8 +99,10 @@ class Disaggregation:
         # per decode replica: requests waiting for room (the seats kept for transfers under way
         # are its scheduler's ``seats_kept``)
         self._queues: dict[int, deque[Request]] = {r.replica_id: deque() for r in decode}
-        # each replica's link: the (start, end) of the transfers booked on it, in booking order
+        # each replica's link: the (start, end) of the transfers booked on it, in booking order,
+        # and when the last of those now over ended
         self._link_busy: dict[int, list[tuple[float, float]]] = {i: [] for i in self._by_id}
+        self._link_free_since: dict[int, float] = dict.fromkeys(self._by_id, 0.0)
         # room checks each decode replica has made, and each queued request's first one
         self._checks: dict[int, int] = dict.fromkeys(self._queues, 0)
         self._first_check: dict[Request, int] = {}
@@ -152,13 +155,18 @@ class Disaggregation:
     ) -> None:
         now = self.env.now
         assert request.prefill_replica_id is not None and request.first_token_time_s is not None
-        ends = (self._link_busy[request.prefill_replica_id], self._link_busy[decode.replica_id])
-        for busy in ends:  # forget what is over
+        link_ids = (request.prefill_replica_id, decode.replica_id)
+        ends = tuple(self._link_busy[i] for i in link_ids)
+        for link_id, busy in zip(link_ids, ends, strict=True):  # forget what is over
             while busy and busy[0][1] <= now:
-                busy.pop(0)
+                self._link_free_since[link_id] = max(self._link_free_since[link_id], busy.pop(0)[1])
         hidden_s = None
         if found_at_once and request.first_scheduled_time_s is not None:
-            hidden_s = now - request.first_scheduled_time_s
+            # the layers stream while the prompt is computed, over links then free of others
+            streaming_from = max(
+                request.first_scheduled_time_s, *(self._link_free_since[i] for i in link_ids)
+            )
+            hidden_s = max(0.0, now - streaming_from)
         duration = self.cost.seconds(request.prompt_tokens, hidden_s)
         start = _first_gap(now, duration, ends)
         if start > now and hidden_s is not None:  # it waited for a link: nothing is hidden

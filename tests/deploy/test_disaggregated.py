@@ -54,7 +54,19 @@ def test_the_printed_summary_names_the_pools(tmp_path):
         (["placement.decode.kv_precision=fp8"], "placement.decode.kv_precision"),
         (["frontend.token_s=0.001"], "frontend.token_s"),
         (["placement.decode_router=nope"], "placement.decode_router"),
-        (["placement.decode.hardware=nope"], "placement.decode.settings.hardware"),
+        (["placement.decode.hardware=nope"], "placement.decode.hardware"),
+        (["placement.decode.tp=3"], "placement.decode.tp"),
+        (["placement.prefill.weights=fp4"], "placement.prefill.weights"),
+        (["placement.decode.settings={fleet.tp: 3}"], "placement.decode.settings.fleet.tp"),
+        (
+            ["placement.prefill.settings={scheduler.max_num_batched_tokens: 0}"],
+            "placement.prefill.settings.scheduler.max_num_batched_tokens",
+        ),
+        (
+            ["placement.decode.settings={scheduler.max_num_seqs: 0}"],
+            "placement.decode.settings.scheduler.max_num_seqs",
+        ),
+        (["fleet.tp=3"], "fleet.tp"),  # (both pools inherit it)
         (["placement.prefill.settings={fleet.replicas: 2}"], "placement.prefill.settings"),
         (["placement.kv_link=pigeon"], "placement.kv_link"),
         (["autoscale.policy=rate"], "autoscale.policy"),
@@ -64,6 +76,43 @@ def test_refusals_name_the_field(overrides, field):
     with pytest.raises(ConfigError) as refused:
         simulate(compose("placement=disaggregated", "fleet.replicas=2", *overrides))
     assert refused.value.field.startswith(field), str(refused.value)
+
+
+def test_a_pools_memory_refusal_suggests_the_pools_own_keys():
+    with pytest.raises(ConfigError) as refused:
+        simulate(
+            compose(
+                "placement=disaggregated",
+                "fleet.replicas=2",
+                "model=llama31_70b",
+                "fleet.tp=2",
+                "placement.decode.tp=1",
+            )
+        )
+    assert refused.value.field == "hardware"  # (the GPU the pool inherits is short)
+    assert refused.value.reason.startswith("in the decode pool: Llama-3.1-70B weights")
+    assert "it fits with placement.decode.tp=2" in refused.value.reason
+    assert "fleet.tp=" not in refused.value.reason
+
+
+def test_a_request_the_decode_pool_cannot_hold_is_explained_with_both_pools_limits():
+    with pytest.raises(ConfigError) as refused:
+        simulate(
+            compose(
+                "placement=disaggregated",
+                "fleet.replicas=2",
+                "placement.decode.settings={kv.num_blocks: 100}",
+                "workload=poisson",
+                "workload.num_requests=3",
+                "workload.prompt_tokens=1000",
+                "workload.output_tokens=1000",
+            )
+        )
+    reason = refused.value.reason
+    assert "or prompt + output tokens in a decode replica's (1,584)" in reason, (
+        reason
+    )  # 99 blocks above the watermark
+    assert "placement.decode.tp" in reason
 
 
 def test_the_report_describes_each_pool(tmp_path):

@@ -259,3 +259,59 @@ def test_no_transfer_time_is_stamped_past_the_horizon():
         stamped = req[column][~np.isnan(req[column])]
         assert len(stamped) and (stamped < 2).all()
     assert result.summary["disaggregation"]["transfer_wait_s"]["p99"] < 2
+
+
+def test_the_overlap_hides_only_prefill_time_when_the_links_were_free(tmp_path):
+    """A's KV occupies the link while B's prompt is computed: B's transfer hides only the part
+    of its prefill after A's transfer ended (worked by hand)."""
+    trace = tmp_path / "two.csv"
+    # A: one 1,000-token step at 0; B: 9,000 tokens in nine 1,000-token chunks from 0.05 s
+    trace.write_text("arrival_time_s,prompt_tokens,output_tokens\n0.0,1000,2\n0.05,9000,2\n")
+    _, req, _ = _run(
+        *(o for o in ONE_REQUEST if not o.startswith("workload")),
+        "workload=trace",
+        f"workload.path={trace}",
+        "placement.prefill.settings={scheduler.max_num_batched_tokens: 1000}",
+    )
+    whole_a, whole_b = (n * KV_BYTES_PER_TOKEN / 1e9 for n in (1000, 9000))
+    a_end = STEP_S + 1e-3 + (whole_a - STEP_S)  # A hid its own 10-ms prefill
+    assert req["transfer_end_s"][0] == pytest.approx(a_end, abs=1e-12)
+    b_first_token = 0.05 + 9 * STEP_S
+    assert req["transfer_start_s"][1] == pytest.approx(b_first_token, abs=1e-12)
+    hidden = b_first_token - a_end  # not the whole 90 ms of B's prefill
+    assert req["transfer_end_s"][1] == pytest.approx(
+        b_first_token + 1e-3 + whole_b - hidden, abs=1e-12
+    )
+
+
+def test_a_draft_models_kv_moves_with_the_targets():
+    run = simulate(compose(*ONE_REQUEST, "model=llama31_70b", "fleet.tp=4"))
+    drafted = simulate(
+        compose(
+            *ONE_REQUEST,
+            "model=llama31_70b",
+            "fleet.tp=4",
+            "spec_decode.num_draft_tokens=2",
+            "spec_decode.method=draft_model",
+            "spec_decode.draft_model=llama31_8b",
+        )
+    )
+    # Llama-3.1-70B: 80 layers x 8 KV heads x 128 x 2 (K and V) x 2 bytes; the 8B's 32 layers
+    target = 2 * 80 * 8 * 128 * 2
+    assert run.summary["disaggregation"]["kv_bytes_per_token"] == target
+    assert drafted.summary["disaggregation"]["kv_bytes_per_token"] == target + KV_BYTES_PER_TOKEN
+
+
+def test_the_decode_pools_acceptance_draws_do_not_depend_on_the_prefill_pools_size():
+    def first_draws(prefill_replicas: int) -> list[float]:
+        cfg = compose(
+            *ONE_REQUEST,
+            f"fleet.replicas={prefill_replicas + 2}",
+            f"placement.prefill.replicas={prefill_replicas}",
+            "spec_decode.num_draft_tokens=2",
+        )
+        engines = DisaggregatedFleet(cfg, validate_run(cfg)).replica_engines()
+        decoding = [e[0].scheduler.acceptance for e in engines[prefill_replicas:]]
+        return [float(a.rng.random()) for a in decoding]
+
+    assert first_draws(1) == first_draws(3)

@@ -157,7 +157,10 @@ class Scheduler:
         return prompt_tokens
 
     def refusal_text(self, reason: str) -> str:
-        """What ``reason`` means on this replica, with its limit and what would lift it."""
+        """What ``reason`` means on this replica, with its limit and what would lift it (a
+        prefill pool's: on either pool, with both limits)."""
+        if self.decode_pool is not None and reason != CONTEXT_LENGTH:
+            return self._pools_refusal_text(reason)
         if reason == CONTEXT_LENGTH:
             return (
                 f"prompt + output tokens above the model's max context"
@@ -173,6 +176,26 @@ class Scheduler:
         return (
             f"a whole prefill above scheduler.max_num_batched_tokens"
             f" ({self.max_num_batched_tokens:,}) without chunked prefill; raise it, or chunk"
+        )
+
+    def _pools_refusal_text(self, reason: str) -> str:
+        decode = self.decode_pool
+        assert decode is not None
+        if reason == KV_CAPACITY:
+            return (
+                "the prompt never fits in a prefill replica's KV cache"
+                f" ({self.kv.max_request_tokens:,} tokens for one request), or prompt + output"
+                f" tokens in a decode replica's ({decode.kv.max_request_tokens:,}); raise"
+                " placement.prefill.tp or placement.decode.tp, set precision.kv=fp8, or choose"
+                " a GPU with more memory"
+            )
+        assert reason == PREFILL_BUDGET, f"no such refusal: {reason}"
+        return (
+            "a whole prefill above the prefill pool's scheduler.max_num_batched_tokens"
+            f" ({self.max_num_batched_tokens:,}) or the decode pool's"
+            f" ({decode.max_num_batched_tokens:,}: it prefills again what it preempts) without"
+            " chunked prefill; raise it in placement.prefill.settings or"
+            " placement.decode.settings, or chunk"
         )
 
     def add(self, request: Request) -> None:

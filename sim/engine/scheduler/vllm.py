@@ -62,6 +62,13 @@ def vllm_batch_defaults(
     )
     seqs = max_num_seqs if max_num_seqs is not None else (1024 if large else 256)
     budget = max_num_batched_tokens
+    # (checked here, before a defaulted max_num_seqs is cut to it and blamed for it)
+    require(
+        budget is None or budget >= 1,
+        "scheduler.max_num_batched_tokens",
+        budget,
+        "must be >= 1",
+    )
     if budget is None:
         budget = 8192 if large else 2048
         if max_model_len is not None:
