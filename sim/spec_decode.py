@@ -245,5 +245,20 @@ def spec_decode_summary(spec: SpecDecodeConfig, replicas: Iterable[Any]) -> dict
             "drafter_time_share": (
                 sum(m.drafter_s for m in models.values()) / step_s if step_s else None
             ),
+            # a step-time model of given figures (constant, linear) prices a draft model's
+            # pass as the target's step: true when that is what the drafter cost here
+            "draft_model_priced_like_target": spec.method == "draft_model"
+            and spec.draft_cost is None
+            and any(
+                m.drafter is not None and not _prices_the_deployment(m.drafter)
+                for m in models.values()
+            ),
         }
     }
+
+
+def _prices_the_deployment(model: StepTimeModel) -> bool:
+    """Whether ``model`` (under any wrappers, which hold ``inner``) prices its own model."""
+    while hasattr(model, "inner"):
+        model = model.inner
+    return model.prices_the_deployment

@@ -152,6 +152,12 @@ def _spec_decode_lines(spec: Mapping | None) -> list[str]:
         f"{_num(spec['tokens_per_decode_step'])} tokens per decode step "
         f"(expected {_num(spec['expected_tokens_per_decode_step'])}), "
         f"drafter {_num(share and 100 * share)}% of step time"
+        + (
+            " (the draft model priced like the target: the step-time model's figures are"
+            " given, not per model; set spec_decode.draft_cost)"
+            if spec.get("draft_model_priced_like_target")
+            else ""
+        )
     ]
 
 

@@ -41,6 +41,9 @@ class StepTimeModel:
     """
 
     request_overhead_s: float = 0.0
+    # whether the price depends on the model and GPU it is built for (not so for coefficients
+    # given by hand, which price a draft model like its target)
+    prices_the_deployment: bool = True
 
     def step_time_s(self, shape: StepShape) -> float:
         raise NotImplementedError

@@ -10,6 +10,8 @@ from sim.errors import require
 
 
 class ConstantStepTime(StepTimeModel):
+    prices_the_deployment = False  # (its figures are given, whatever the model)
+
     def __init__(self, seconds: float = 0.01, **_deployment: Any) -> None:
         require(seconds > 0, "step_time.seconds", seconds, "must be > 0")
         self.seconds = float(seconds)

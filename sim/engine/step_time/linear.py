@@ -21,6 +21,8 @@ from sim.errors import require
 
 
 class LinearStepTime(StepTimeModel):
+    prices_the_deployment = False  # (its figures are given, whatever the model)
+
     def __init__(
         self,
         c0: float = 0.006,
