@@ -11,13 +11,15 @@ c times the target's pure-decode step of the same batch; the memory stays the me
 
 - ``draft_model``: a smaller model of the same vocabulary (``spec_decode.draft_model``) on the
   target's GPUs, precisions and TP. Time: its own step-time model (the run's, built for it) for a
-  first pass over the step's tokens and K - 1 decode passes of the decoding batch. Memory: its
+  first pass over the step's tokens and K - 1 decode passes of the decoding batch, each without
+  the engine's per-step host share (vLLM runs the proposer inside the target's step). Memory: its
   weights, and its KV beside the target's for every token (each request holds both caches), come
   out of the target's KV memory, so the KV capacity shrinks.
 - ``mtp``: multi-token-prediction heads (DeepSeek-V3 technical report, section 2.2: one
   transformer block per predicted token, sharing the embedding and the output head; EAGLE's
-  draft head is one decoder layer too). A pass costs the target's step of the same shape
-  divided by its ``num_layers``; one layer's weights and KV per GPU leave the KV memory.
+  draft head is one decoder layer too). A pass costs the target's step of the same shape, less
+  its host share, divided by its ``num_layers``; one layer's weights and KV per GPU leave the
+  KV memory.
 - ``ngram``: prompt lookup on the host (vLLM's ``[ngram]``): no GPU time, no GPU memory.
 
 A ``kv.num_blocks`` override is the target's pool as given: the drafter's memory is then the

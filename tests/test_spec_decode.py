@@ -27,7 +27,9 @@ from sim.engine.speculation import (
     tokens_per_step_pmf,
 )
 from sim.engine.step_shape import StepShape
+from sim.engine.step_time.base import ScaledStepTime
 from sim.engine.step_time.linear import LinearStepTime
+from sim.engine.step_time.roofline import RooflineStepTime
 from sim.output.run_files import write_run
 from sim.output.summary_table import format_summary
 from sim.run import simulate
@@ -376,12 +378,30 @@ def test_a_draft_models_passes_priced_by_hand_with_the_linear_model(one_request)
     c0, cp, cd, cpa = LINEAR.values()
     cda = LINEAR_DECODE_ATTN
     prefill = c0 + cp * 32 + cpa * 32 * 32
-    expected = [2 * prefill]  # the drafter's first pass is the step's own shape
+    # the drafter's first pass is the step's own shape; its passes leave out the fixed per-step
+    # cost c0 (launches, scheduling, sampling), which the target's step pays once
+    expected = [2 * prefill - c0]
     for context in (33, 34, 35):  # the decoded token's context: 32 prompt + generated
         verify = c0 + cp * 2 + cd + cpa * (2 * context + 4) + cda * context
-        drafts = sum(c0 + cd + cda * (context + j) for j in range(2))
+        drafts = sum(cd + cda * (context + j) for j in range(2))
         expected.append(verify + drafts)
     assert list(durations) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_roofline_drafter_pays_no_step_overhead_per_pass():
+    # an MTP head on the roofline: the target's step less its 2 ms step overhead (and the
+    # per-token host cost), over its 32 layers, per pass
+    target = RooflineStepTime(deployment=deployment(), token_overhead_s=1e-5)
+    model = SpeculativeStepTime(target, 2, target, 1 / 32)
+    shape = StepShape(0, 8, 0, 8 * 500)
+    second = StepShape(0, 8, 0, 8 * 500 + 8)
+    host = 0.002 + 1e-5 * 8
+    assert target.host_overhead_s(shape) == pytest.approx(host)
+    expected = (target.step_time_s(shape) - host + target.step_time_s(second) - host) / 32
+    assert model.drafting_s(shape) == pytest.approx(expected, rel=1e-12)
+    # a wrapper scales its share with its times
+    scaled = ScaledStepTime(target, 1.5)
+    assert scaled.host_overhead_s(shape) == pytest.approx(1.5 * host)
 
 
 def test_mtp_heads_cost_a_layer_ngram_nothing_and_draft_cost_what_it_says(one_request):

@@ -27,7 +27,9 @@ Step price (``SpeculativeStepTime``, a wrapper around the run's step-time model)
 - the drafter, after the verification as vLLM's proposer runs: a first pass over the step's own
   tokens (its prompt chunks and decodes), then K - 1 passes over the D decoding sequences, each
   attending one more token. Each pass is priced by a drafter model (a draft model's own step
-  time on the same GPUs) scaled by a factor (1/num_layers for one-layer heads); or, with a
+  time on the same GPUs) scaled by a factor (1/num_layers for one-layer heads), less the
+  model's host share of a step (``StepTimeModel.host_overhead_s``: scheduling, sampling,
+  output handling), which the target's step pays once; or, with a
   fixed ``draft_cost`` c, K draft tokens cost ``K c`` times the target's pure-decode step of
   the same batch. An n-gram drafter costs nothing.
 
@@ -185,11 +187,11 @@ class SpeculativeStepTime(StepTimeModel):
         drafter = self.drafter
         if drafter is None:
             return 0.0
-        seconds = drafter.step_time_s(shape)  # the first pass: the step's own tokens
+        seconds = _pass_s(drafter, shape)  # the first pass: the step's own tokens
         if d:
             context = shape.decode_context
             for j in range(1, k):  # then one pass per further draft, a token deeper each
-                seconds += drafter.step_time_s(StepShape(0, d, 0, context + j * d))
+                seconds += _pass_s(drafter, StepShape(0, d, 0, context + j * d))
         return seconds * self.drafter_scale
 
     def step_time_s(self, shape: StepShape) -> float:
@@ -203,3 +205,9 @@ class SpeculativeStepTime(StepTimeModel):
         raise AssertionError(
             "speculative decoding steps one by one: a stretch would repeat one acceptance draw"
         )
+
+
+def _pass_s(drafter: StepTimeModel, shape: StepShape) -> float:
+    """One drafter pass over ``shape``: its step time less the engine's host share, which the
+    step that runs it pays once (vLLM runs the proposer inside the target's engine step)."""
+    return max(0.0, drafter.step_time_s(shape) - drafter.host_overhead_s(shape))

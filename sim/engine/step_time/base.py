@@ -48,6 +48,12 @@ class StepTimeModel:
     def step_time_s(self, shape: StepShape) -> float:
         raise NotImplementedError
 
+    def host_overhead_s(self, shape: StepShape) -> float:
+        """The engine's host-side share of a step of ``shape`` (scheduling, sampling, output
+        handling): what a forward pass run inside another step, as a drafter's passes are
+        (``sim.engine.speculation``), does not pay again. 0: a model with no such term."""
+        return 0.0
+
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         """Durations of ``num_steps`` pure-decode steps (a list, or a float64 numpy array)."""
         step = self.step_time_s
@@ -67,6 +73,9 @@ class ScaledStepTime(StepTimeModel):
 
     def step_time_s(self, shape: StepShape) -> float:
         return self.inner.step_time_s(shape) * self.scale
+
+    def host_overhead_s(self, shape: StepShape) -> float:
+        return self.inner.host_overhead_s(shape) * self.scale
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         durations = self.inner.decode_stretch_s(first, context_growth, num_steps)
@@ -98,6 +107,9 @@ class HostLoadStepTime(StepTimeModel):
             shape.decode_context,
         )
         return loaded * self.seconds_per_token + self.inner.step_time_s(computed)
+
+    def host_overhead_s(self, shape: StepShape) -> float:
+        return self.inner.host_overhead_s(shape)
 
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         return self.inner.decode_stretch_s(first, context_growth, num_steps)

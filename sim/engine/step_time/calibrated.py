@@ -181,6 +181,9 @@ class CalibratedStepTime(StepTimeModel):
         else:
             self._allreduce_per_token = self._allreduce_fixed = 0.0
 
+    def host_overhead_s(self, shape: StepShape) -> float:
+        return self._c0  # (the engine's fixed per-step cost)
+
     def step_time_s(self, shape: StepShape) -> float:
         num_prefill_tokens = shape.num_prefill_tokens
         num_decode_seqs = shape.num_decode_seqs

@@ -234,6 +234,10 @@ class RooflineStepTime(StepTimeModel):
         handoff = self._handoff_per_token * (tokens / m) + self._handoff_fixed
         return (self._pp - 1) * before_last + m * last + handoff + overhead
 
+    def host_overhead_s(self, shape: StepShape) -> float:
+        logits = shape.num_decode_seqs + (1 if shape.num_prefill_tokens else 0)
+        return self._step_overhead_s + self._token_overhead_s * logits
+
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         if self._pp > 1:
             return super().decode_stretch_s(first, context_growth, num_steps)
