@@ -104,7 +104,14 @@ class Speculation:
                 draft = _draft_deployment(run, target)
                 weights = draft.memory.weight_bytes_per_gpu
                 kv = draft.memory.kv_bytes_per_token_per_gpu
-                model = build(cfg["step_time"], "step_time", deployment=draft)
+                try:
+                    model = build(cfg["step_time"], "step_time", deployment=draft)
+                except ConfigError as err:  # (a profile fitted for the target, say)
+                    raise ConfigError(
+                        "spec_decode.draft_model",
+                        spec.draft_model,
+                        f"its step time cannot be built for the draft model: {err}",
+                    ) from None
                 if run.sim.step_time_scale != 1.0:
                     model = ScaledStepTime(model, run.sim.step_time_scale)
                 self._draft_step_times.append(model)

@@ -18,6 +18,7 @@ NICs for eight GPUs), so a transfer between replicas of ``p`` and ``d`` GPUs run
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,17 +96,24 @@ def in_pool_terms(err: ConfigError, name: str, pool: PoolConfig) -> ConfigError:
     fixes its reason suggests; a field the pool inherits keeps the run's name."""
     prefix = f"placement.{name}"
     field = err.field.removeprefix(f"{prefix}.settings.")
-    key = POOL_KEYS.get(field)
-    if key is not None and getattr(pool, key) is not None:
-        field = f"{prefix}.{key}"
-    elif field in (pool.settings or {}):
-        field = f"{prefix}.settings.{field}"
-    else:
-        field = err.field
+    own = _own_keys(pool, prefix)
+    field = own.get(field, err.field)
     reason = err.reason
-    for run_field in ("fleet.tp", "precision.weights"):  # the fixes a memory plan suggests
-        reason = reason.replace(f"{run_field}=", f"{prefix}.{POOL_KEYS[run_field]}=")
+    for run_field, pool_field in own.items():  # fixes that name a key the pool sets itself
+        reason = re.sub(rf"\b{re.escape(run_field)}\b", pool_field, reason)
     return ConfigError(field, err.value, f"in the {name} pool: {reason}")
+
+
+def _own_keys(pool: PoolConfig, prefix: str) -> dict[str, str]:
+    """The run's fields ``pool`` sets itself, each with the key it sets it by (a key under
+    ``settings`` wins over the pool's own key, as in ``pool_settings``)."""
+    own = {
+        field: f"{prefix}.{key}"
+        for field, key in POOL_KEYS.items()
+        if getattr(pool, key) is not None
+    }
+    own.update({field: f"{prefix}.settings.{field}" for field in pool.settings or {}})
+    return own
 
 
 def build_pools(cfg: dict[str, Any], run: RunConfig) -> tuple[Pool, Pool]:

@@ -53,12 +53,13 @@ class DisaggregatedFleet:
                 "hand requests over; choose vllm, sglang, trtllm, sarathi or prefill_first",
             )
         prefill, decode = self.prefill.deployment, self.decode.deployment
+        set_by = "prefill" if placement.prefill.kv_precision is not None else "decode"
         require(
             prefill.kv_precision == decode.kv_precision,
-            "placement.decode.kv_precision",
-            decode.kv_precision,
-            f"the KV moves as the prefill pool wrote it ({prefill.kv_precision}): both pools "
-            "need the same KV precision",
+            f"placement.{set_by}.kv_precision",
+            getattr(self, set_by).deployment.kv_precision,
+            "the KV moves as the prefill pool wrote it: both pools need the same KV precision"
+            f" (prefill {prefill.kv_precision}, decode {decode.kv_precision})",
         )
         require(
             prefill.memory.block_size == decode.memory.block_size,
@@ -70,6 +71,7 @@ class DisaggregatedFleet:
             prefill_setup = EngineSetup(
                 self.prefill.cfg, self.prefill.run, _one_model(self.prefill)
             )
+            prefill_setup.scheduler(0)  # (its options checked first, in the prefill pool's terms)
         with self._in_terms_of("decode"):
             decode_setup = EngineSetup(self.decode.cfg, self.decode.run, _one_model(self.decode))
             # what a prefill replica asks before taking a request (``Scheduler.hand_off_to``):

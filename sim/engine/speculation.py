@@ -194,6 +194,9 @@ class SpeculativeStepTime(StepTimeModel):
                 seconds += _pass_s(drafter, StepShape(0, d, 0, context + j * d))
         return seconds * self.drafter_scale
 
+    def host_overhead_s(self, shape: StepShape) -> float:
+        return self.inner.host_overhead_s(self.verification(shape))
+
     def step_time_s(self, shape: StepShape) -> float:
         drafting = self.drafting_s(shape)
         seconds = self.inner.step_time_s(self.verification(shape)) + drafting

@@ -67,6 +67,12 @@ def test_the_printed_summary_names_the_pools(tmp_path):
             "placement.decode.settings.scheduler.max_num_seqs",
         ),
         (["fleet.tp=3"], "fleet.tp"),  # (both pools inherit it)
+        # a key under settings wins over the pool's own, and the error names the one that won
+        (
+            ["placement.decode.tp=2", "placement.decode.settings={fleet.tp: 3}"],
+            "placement.decode.settings.fleet.tp",
+        ),
+        (["placement.prefill.kv_precision=fp8"], "placement.prefill.kv_precision"),
         (["placement.prefill.settings={fleet.replicas: 2}"], "placement.prefill.settings"),
         (["placement.kv_link=pigeon"], "placement.kv_link"),
         (["autoscale.policy=rate"], "autoscale.policy"),
@@ -93,6 +99,38 @@ def test_a_pools_memory_refusal_suggests_the_pools_own_keys():
     assert refused.value.reason.startswith("in the decode pool: Llama-3.1-70B weights")
     assert "it fits with placement.decode.tp=2" in refused.value.reason
     assert "fleet.tp=" not in refused.value.reason
+
+
+def test_a_pool_that_inherits_a_field_is_told_the_runs_key():
+    with pytest.raises(ConfigError) as refused:
+        simulate(
+            compose(
+                "placement=disaggregated",
+                "fleet.replicas=2",
+                "model=llama31_70b",
+                "placement.decode.tp=2",  # (the prefill pool takes fleet.tp=1)
+            )
+        )
+    assert refused.value.reason.startswith("in the prefill pool: Llama-3.1-70B weights")
+    assert "it fits with fleet.tp=2 or precision.weights=fp8" in refused.value.reason
+
+
+def test_a_prefill_budget_refusal_names_only_the_pool_that_does_not_chunk():
+    with pytest.raises(ConfigError) as refused:
+        simulate(
+            compose(
+                "placement=disaggregated",
+                "fleet.replicas=2",
+                "placement.prefill.settings={scheduler.enable_chunked_prefill: false,"
+                " scheduler.max_num_batched_tokens: 2048}",
+                "workload=poisson",
+                "workload.num_requests=3",
+                "workload.prompt_tokens=3000",
+            )
+        )
+    reason = refused.value.reason
+    assert "the prefill pool's (2,048; raise it in placement.prefill.settings), or chunk" in reason
+    assert "decode pool" not in reason
 
 
 def test_a_request_the_decode_pool_cannot_hold_is_explained_with_both_pools_limits():

@@ -190,12 +190,18 @@ class Scheduler:
                 " a GPU with more memory"
             )
         assert reason == PREFILL_BUDGET, f"no such refusal: {reason}"
+        # only a pool that does not chunk refuses for its budget (the decode pool prefills
+        # again what it preempts)
+        limits = [
+            f"the {name} pool's ({scheduler.max_num_batched_tokens:,}; raise it in"
+            f" placement.{name}.settings)"
+            for name, scheduler in (("prefill", self), ("decode", decode))
+            if not scheduler.chunked_prefill
+        ]
         return (
-            "a whole prefill above the prefill pool's scheduler.max_num_batched_tokens"
-            f" ({self.max_num_batched_tokens:,}) or the decode pool's"
-            f" ({decode.max_num_batched_tokens:,}: it prefills again what it preempts) without"
-            " chunked prefill; raise it in placement.prefill.settings or"
-            " placement.decode.settings, or chunk"
+            "a whole prefill above scheduler.max_num_batched_tokens without chunked prefill: "
+            + " or ".join(limits)
+            + ", or chunk"
         )
 
     def add(self, request: Request) -> None:

@@ -182,7 +182,9 @@ class CalibratedStepTime(StepTimeModel):
             self._allreduce_per_token = self._allreduce_fixed = 0.0
 
     def host_overhead_s(self, shape: StepShape) -> float:
-        return self._c0  # (the engine's fixed per-step cost)
+        # c0 is the engine's fixed per-step cost where the weights' reads are in the GEMM
+        # curve; a profile without one (``calibrate --steps``) folds them into c0: no share
+        return self._c0 if self._gemm.xs else 0.0
 
     def step_time_s(self, shape: StepShape) -> float:
         num_prefill_tokens = shape.num_prefill_tokens

@@ -61,9 +61,6 @@ class LinearStepTime(StepTimeModel):
             + self.c_decode_attn * shape.decode_context
         )
 
-    def host_overhead_s(self, shape: StepShape) -> float:
-        return self.c0  # (the fixed per-step cost: launches, scheduling, sampling)
-
     def decode_stretch_s(self, first: StepShape, context_growth: int, num_steps: int) -> Any:
         if num_steps < VECTOR_MIN_STEPS:
             return super().decode_stretch_s(first, context_growth, num_steps)

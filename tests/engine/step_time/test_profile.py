@@ -100,3 +100,18 @@ def test_an_unset_allreduce_latency_prices_the_catalogs(tmp_path):
         model = CalibratedStepTime(dep, backend="trtllm", profile=str(path))
         times[latency] = model.step_time_s(StepShape(0, 8, 0, 8000))
     assert times[None] == times[dep.gpu.interconnect_latency_s] > times[0.0]
+
+
+def test_the_host_share_of_a_calibrated_step_is_c0_only_beside_a_gemm_curve(tmp_path):
+    """A drafter's pass leaves out ``host_overhead_s`` (sim.engine.speculation): c0 where the
+    weights' reads are in the GEMM curve; a profile without one folds them into c0."""
+    path = shipped_profile_dir() / "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
+    dep = build_deployment(compose("hardware=h100_sxm", "step_time=calibrated"))
+    shape = StepShape(0, 8, 0, 8000)
+    measured = CalibratedStepTime(dep, backend="trtllm", profile=str(path))
+    c0 = Profile.load(path).coefficients["c0"]
+    assert c0 > 0 and measured.host_overhead_s(shape) == c0
+    profile = Profile.load(path)
+    profile.gemm_tokens, profile.gemm_s = [], []
+    steps_only = CalibratedStepTime(dep, profile=str(profile.save(tmp_path / "steps.json")))
+    assert steps_only.host_overhead_s(shape) == 0.0
