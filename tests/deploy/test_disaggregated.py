@@ -79,77 +79,58 @@ def test_the_printed_summary_names_the_pools(tmp_path):
     ],
 )
 def test_refusals_name_the_field(overrides, field):
+    refused = _refused(*overrides)
+    assert refused.field.startswith(field), str(refused)
+
+
+def _refused(*overrides: str) -> ConfigError:
+    """The error a two-replica disaggregated run of ``overrides`` stops with."""
     with pytest.raises(ConfigError) as refused:
         simulate(compose("placement=disaggregated", "fleet.replicas=2", *overrides))
-    assert refused.value.field.startswith(field), str(refused.value)
+    return refused.value
 
 
 def test_a_pools_memory_refusal_suggests_the_pools_own_keys():
-    with pytest.raises(ConfigError) as refused:
-        simulate(
-            compose(
-                "placement=disaggregated",
-                "fleet.replicas=2",
-                "model=llama31_70b",
-                "fleet.tp=2",
-                "placement.decode.tp=1",
-            )
-        )
-    assert refused.value.field == "hardware"  # (the GPU the pool inherits is short)
-    assert refused.value.reason.startswith("in the decode pool: Llama-3.1-70B weights")
-    assert "it fits with placement.decode.tp=2" in refused.value.reason
-    assert "fleet.tp=" not in refused.value.reason
+    refused = _refused("model=llama31_70b", "fleet.tp=2", "placement.decode.tp=1")
+    assert refused.field == "hardware"  # (the GPU the pool inherits is short)
+    assert refused.reason.startswith("in the decode pool: Llama-3.1-70B weights")
+    assert "it fits with placement.decode.tp=2" in refused.reason
+    assert "fleet.tp=" not in refused.reason
 
 
 def test_a_pool_that_inherits_a_field_is_told_the_runs_key():
-    with pytest.raises(ConfigError) as refused:
-        simulate(
-            compose(
-                "placement=disaggregated",
-                "fleet.replicas=2",
-                "model=llama31_70b",
-                "placement.decode.tp=2",  # (the prefill pool takes fleet.tp=1)
-            )
-        )
-    assert refused.value.reason.startswith("in the prefill pool: Llama-3.1-70B weights")
-    assert "it fits with fleet.tp=2 or precision.weights=fp8" in refused.value.reason
+    refused = _refused(
+        "model=llama31_70b",
+        "placement.decode.tp=2",  # (the prefill pool takes fleet.tp=1)
+    )
+    assert refused.reason.startswith("in the prefill pool: Llama-3.1-70B weights")
+    assert "it fits with fleet.tp=2 or precision.weights=fp8" in refused.reason
 
 
 def test_a_prefill_budget_refusal_names_only_the_pool_that_does_not_chunk():
-    with pytest.raises(ConfigError) as refused:
-        simulate(
-            compose(
-                "placement=disaggregated",
-                "fleet.replicas=2",
-                "placement.prefill.settings={scheduler.enable_chunked_prefill: false,"
-                " scheduler.max_num_batched_tokens: 2048}",
-                "workload=poisson",
-                "workload.num_requests=3",
-                "workload.prompt_tokens=3000",
-            )
-        )
-    reason = refused.value.reason
+    refused = _refused(
+        "placement.prefill.settings={scheduler.enable_chunked_prefill: false,"
+        " scheduler.max_num_batched_tokens: 2048}",
+        "workload=poisson",
+        "workload.num_requests=3",
+        "workload.prompt_tokens=3000",
+    )
+    reason = refused.reason
     assert "the prefill pool's (2,048; raise it in placement.prefill.settings), or chunk" in reason
     assert "decode pool" not in reason
 
 
 def test_a_request_the_decode_pool_cannot_hold_is_explained_with_both_pools_limits():
-    with pytest.raises(ConfigError) as refused:
-        simulate(
-            compose(
-                "placement=disaggregated",
-                "fleet.replicas=2",
-                "placement.decode.settings={kv.num_blocks: 100}",
-                "workload=poisson",
-                "workload.num_requests=3",
-                "workload.prompt_tokens=1000",
-                "workload.output_tokens=1000",
-            )
-        )
-    reason = refused.value.reason
-    assert "or prompt + output tokens in a decode replica's (1,584)" in reason, (
-        reason
-    )  # 99 blocks above the watermark
+    refused = _refused(
+        "placement.decode.settings={kv.num_blocks: 100}",
+        "workload=poisson",
+        "workload.num_requests=3",
+        "workload.prompt_tokens=1000",
+        "workload.output_tokens=1000",
+    )
+    reason = refused.reason
+    # 99 blocks of 16 above the watermark
+    assert "or prompt + output tokens in a decode replica's (1,584)" in reason, reason
     assert "placement.decode.tp" in reason
 
 
