@@ -3,7 +3,8 @@
 Each example draws a deployment (model, GPU, tensor parallelism, weight and KV precision), a
 tiny KV pool, a scheduler with its settings, a router, a step-time model, a workload (Poisson,
 gamma, constant, daily, closed loop, a slice of a shipped trace), sometimes a second model on
-the same GPUs, a frontend, a horizon and a seed. For each it checks:
+the same GPUs, a frontend, a horizon, speculative decoding, a disaggregated fleet (prefill and
+decode pools) and a seed. For each it checks:
 
 - the contract's invariants (``tests.contract``): every request exactly once, completed +
   rejected + unfinished = the requests issued, KV in use never above the pool, a completed
@@ -194,10 +195,30 @@ def run_configs(draw: st.DrawFn) -> list[str]:
             f"placement.traffic_share={draw(st.sampled_from([0.3, 0.5]))}",
             f"placement.kv_share={draw(st.sampled_from([0.25, 0.5]))}",
         ]
-    if draw(st.integers(0, 3)) == 0:
+    frontend = draw(st.integers(0, 3)) == 0
+    if frontend:
         out.append(f"frontend.token_s={draw(st.sampled_from([1e-4, 1e-3]))}")
     if draw(st.integers(0, 3)) == 0:
         out.append(f"sim.horizon_s={draw(st.sampled_from([0.05, 1.0, 20.0]))}")
+    one_model = "placement=colocated" not in out
+    if scheduler != "static" and one_model and draw(st.integers(0, 3)) == 0:
+        k = draw(st.integers(1, 3))
+        rate = draw(st.sampled_from(["0.0", "0.6", "1.0", "per_position"]))
+        if rate == "per_position":
+            rate = "[" + ",".join(str(draw(st.sampled_from([0.3, 0.8]))) for _ in range(k)) + "]"
+        out += [
+            f"spec_decode.num_draft_tokens={k}",
+            f"spec_decode.acceptance_rate={rate}",
+            f"spec_decode.method={draw(st.sampled_from(['mtp', 'ngram']))}",
+        ]
+    if scheduler != "static" and one_model and not frontend and draw(st.integers(0, 3)) == 0:
+        link = draw(st.sampled_from(["infiniband", "ethernet", "{gb_per_s: 1, latency_us: 100}"]))
+        out += [
+            "placement=disaggregated",
+            f"fleet.replicas={draw(st.integers(2, 3))}",
+            f"placement.kv_link={link}",
+            f"placement.kv_transfer_overlap={draw(st.booleans())}",
+        ]
     return out
 
 
@@ -220,6 +241,8 @@ def _files(result, folder) -> dict[str, bytes]:
 def test_whole_runs_keep_their_invariants_and_repeat_exactly(overrides, tmp_path_factory):
     cfg = compose(*overrides)
     result = _run(copy.deepcopy(cfg))
+    event(f"placement={cfg['placement']['mode']}")  # (--hypothesis-show-statistics)
+    event(f"speculating: {cfg['spec_decode']['num_draft_tokens'] > 0}")
     kv_blocks = [cfg["kv"]["num_blocks"]]
     if cfg["placement"]["mode"] == "colocated":  # the pool is split between the two models
         share = cfg["placement"]["kv_share"]
