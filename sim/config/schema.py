@@ -274,8 +274,9 @@ class KvLinkConfig(StrictModel):
 
 class DisaggregatedPlacement(StrictModel):
     mode: Literal["disaggregated"]
-    prefill: PoolConfig = PoolConfig(replicas=1)
-    decode: PoolConfig = PoolConfig()
+    # (factories: see RunConfig)
+    prefill: PoolConfig = Field(default_factory=lambda: PoolConfig(replicas=1))
+    decode: PoolConfig = Field(default_factory=PoolConfig)
     decode_router: Text = "least_outstanding"  # a name from configs/router/
     kv_link: Literal["nvlink", "infiniband", "roce", "ethernet"] | KvLinkConfig = "infiniband"
     kv_transfer_overlap: bool = True
@@ -378,14 +379,16 @@ class RunConfig(DeploymentConfig):
     router: PolicyNode
     step_time: PolicyNode
     workload: WorkloadConfig
-    slo: SloConfig = SloConfig()
-    sim: SimConfig = SimConfig()
-    frontend: FrontendConfig = FrontendConfig()
-    placement: PlacementConfig = SinglePlacement(mode="single")
-    cost: CostConfig = CostConfig()
-    output: OutputConfig = OutputConfig()
-    autoscale: AutoscaleConfig = AutoscaleConfig()
-    spec_decode: SpecDecodeConfig = SpecDecodeConfig()
+    # (factories: a model built at import would build its validator at every start-up, even
+    # for a group the run's config holds, and pydantic's plugin lookup with it)
+    slo: SloConfig = Field(default_factory=SloConfig)
+    sim: SimConfig = Field(default_factory=SimConfig)
+    frontend: FrontendConfig = Field(default_factory=FrontendConfig)
+    placement: PlacementConfig = Field(default_factory=lambda: SinglePlacement(mode="single"))
+    cost: CostConfig = Field(default_factory=CostConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    autoscale: AutoscaleConfig = Field(default_factory=AutoscaleConfig)
+    spec_decode: SpecDecodeConfig = Field(default_factory=SpecDecodeConfig)
     seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
     output_dir: str | None = None
 
