@@ -99,8 +99,11 @@ def in_pool_terms(err: ConfigError, name: str, pool: PoolConfig) -> ConfigError:
     own = _own_keys(pool, prefix)
     field = own.get(field, err.field)
     reason = err.reason
-    for run_field, pool_field in own.items():  # fixes that name a key the pool sets itself
-        reason = re.sub(rf"\b{re.escape(run_field)}\b", pool_field, reason)
+    # fixes a reason suggests (raise fleet.tp, precision.weights=fp8) for a key the pool sets
+    # itself (not every word "scheduler" or "hardware" of a reason)
+    for run_field in ("fleet.tp", "precision.weights", "precision.kv"):
+        if run_field in own:
+            reason = re.sub(rf"\b{re.escape(run_field)}\b", own[run_field], reason)
     return ConfigError(field, err.value, f"in the {name} pool: {reason}")
 
 
