@@ -234,9 +234,13 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         "spec_decode.draft_model='llama2_7b': its vocabulary (32,000 tokens)",
     ),
     (
-        "speculating static batches",
-        ["scheduler=static", "spec_decode.num_draft_tokens=2"],
-        "spec_decode.num_draft_tokens=2: speculative decoding is not modelled with scheduler=st",
+        "speculating two models",
+        [
+            "placement=colocated",
+            "placement.second_model=llama2_7b",
+            "spec_decode.num_draft_tokens=2",
+        ],
+        "spec_decode.num_draft_tokens=2: is not modelled with placement=colocated",
     ),
     (
         "budget below a decode's drafts",

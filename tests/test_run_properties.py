@@ -201,7 +201,7 @@ def run_configs(draw: st.DrawFn) -> list[str]:
     if draw(st.integers(0, 3)) == 0:
         out.append(f"sim.horizon_s={draw(st.sampled_from([0.05, 1.0, 20.0]))}")
     one_model = "placement=colocated" not in out
-    if scheduler != "static" and one_model and draw(st.integers(0, 3)) == 0:
+    if one_model and draw(st.integers(0, 3)) == 0:
         k = draw(st.integers(1, 3))
         rate = draw(st.sampled_from(["0.0", "0.6", "1.0", "per_position"]))
         if rate == "per_position":

@@ -41,7 +41,6 @@ SPEC = ["spec_decode.num_draft_tokens=3", "spec_decode.acceptance_rate=0.7"]
 CONSTANT = ["step_time=constant", "step_time.seconds=0.01"]
 LINEAR = dict(c0=0.006, c_prefill_token=6e-5, c_decode_seq=1e-5, c_prefill_attn=1e-10)
 LINEAR_DECODE_ATTN = 3e-8  # configs/step_time/linear.yaml's, with the others above
-SPECULATING = {k: v for k, v in SCHEDULERS.items() if k != "static"}
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -211,7 +210,7 @@ def test_acceptance_zero_repeats_plain_decodings_run_with_a_constant_step(name):
     assert np.all(b["kv_blocks_used"] >= a["kv_blocks_used"])
 
 
-@pytest.mark.parametrize("name", list(SPECULATING))
+@pytest.mark.parametrize("name", list(SCHEDULERS))
 def test_acceptance_one_advances_k_plus_one_tokens_a_step(name, one_at_a_time):
     k, outputs, trace = 3, OUTPUTS, one_at_a_time
     spec = dict(num_draft_tokens=k, acceptance_rate=1, method="ngram")
@@ -235,7 +234,7 @@ def test_acceptance_one_advances_k_plus_one_tokens_a_step(name, one_at_a_time):
 # -- every scheduler, a pool too small, preemptions -------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(SPECULATING))
+@pytest.mark.parametrize("name", list(SCHEDULERS))
 def test_every_scheduler_keeps_kv_in_its_pool_and_ends_each_request_once(name):
     result = simulate(_cfg(*RANDOM, *TINY_KV, *SCHEDULERS[name], **K3))
     assert_good_run(result, kv_blocks=40)  # the contract: KV blocks in use within the pool
@@ -246,15 +245,40 @@ def test_every_scheduler_keeps_kv_in_its_pool_and_ends_each_request_once(name):
     # every output token after the first came from a decode step, once
     assert steps["num_decode_tokens"].sum() == (req["output_tokens"] - 1).sum()
     assert result.summary["spec_decode"]["decode_sequence_steps"] > 0
-    # the pool is small enough to preempt (guaranteed_no_evict never does; SGLang's admission
-    # reserves outputs ahead, so it retracts only now and then)
-    if not name.startswith(("trtllm", "sglang")) or name == "trtllm_max_util_chunked":
+    # the pool is small enough to preempt (guaranteed_no_evict never does, nor static batching,
+    # which reserves whole requests; SGLang's admission reserves outputs ahead, so it retracts
+    # only now and then)
+    if not name.startswith(("trtllm", "sglang", "static")) or name == "trtllm_max_util_chunked":
         assert result.summary["num_preemptions"] > 0
 
 
-def test_static_batching_refuses_speculation_in_one_line():
-    with pytest.raises(ValueError, match=r"^spec_decode.num_draft_tokens=3: .*scheduler=static"):
-        simulate(_cfg(*RANDOM, *SCHEDULERS["static"], **K3))
+def test_a_static_batch_verifies_drafts_for_every_member_padding_included(tmp_path):
+    """Two requests in one static batch, acceptance 1, K = 3: each decode step advances a live
+    member 4 tokens; the one that finishes first stays in the batch as padding (its drafts
+    computed, nothing kept) until the other ends. KV is reserved at admission for the whole
+    request and the lookahead: prompt + output + K slots."""
+    trace = _trace(tmp_path, [(0.0, 32, 5), (0.0, 32, 13)])
+    spec = dict(num_draft_tokens=3, acceptance_rate=1, method="ngram")  # (a free drafter)
+    result = simulate(_cfg(*trace, *SCHEDULERS["static"], "step_time=linear", **spec))
+    steps = columns(result.steps)
+    # a prefill step (both first tokens), then 4 + 4 + 4 tokens for the 13-token request;
+    # the 5-token one takes its last 4 in the first decode step and is padding after it
+    assert list(steps["num_prefill_tokens"]) == [64, 0, 0, 0]
+    assert list(steps["num_decode_tokens"]) == [0, 8, 4, 4]
+    assert list(steps["num_seqs"]) == [2, 2, 1, 1]  # (the sequences that produce tokens)
+    # the padding is verified with the live one: D = 2, each with K = 3 drafts over its
+    # context (the live one's 37 then 41 with the token decoded, the padding's 37 tokens)
+    c0, cp, cd, cpa = LINEAR.values()
+    for row, context in ((2, 37 + 37), (3, 41 + 37)):
+        priced = c0 + cp * 2 * 3 + cd * 2 + cpa * (3 * context + 2 * 9)
+        priced += LINEAR_DECODE_ATTN * context
+        assert steps["duration_s"][row] == pytest.approx(priced, rel=1e-12)
+    result = simulate(_cfg(*trace, *SCHEDULERS["static"], "kv.block_size=1", **spec))
+    steps = columns(result.steps)
+    # blocks of one token: both requests' prompt + output + 3 lookahead slots, held throughout
+    assert set(steps["kv_blocks_used"]) == {(32 + 5 + 3) + (32 + 13 + 3)}
+    req = columns(result.requests)
+    assert list(req["status"]) == ["completed", "completed"]
 
 
 def test_a_disaggregated_fleet_speculates_on_its_decode_pool():

@@ -6,8 +6,13 @@ nothing is ever preempted), the batch prefills together in one step, then decode
 longest member is done. A finished member returns its response at once but keeps its seat and
 is computed as padding until the batch ends, as in HF ``generate`` or FasterTransformer.
 
-Left out: padding of prompts to a common length in the prefill step, and speculative decoding
-(refused: ``speculate``).
+With speculative decoding (``spec_decode.*``) each decode step verifies K drafts for every
+member of the batch, finished ones included (padding computes whatever the batch computes), and
+a member's KV is reserved with K lookahead slots beyond its output. No batched engine of this
+kind speculates (Hugging Face's assisted generation takes one sequence at a time): the pair
+shows what drafts buy a batch that runs to its longest member.
+
+Left out: padding of prompts to a common length in the prefill step.
 """
 
 from __future__ import annotations
@@ -16,8 +21,6 @@ from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
-from sim.engine.speculation import DraftAcceptance
-from sim.errors import ConfigError
 
 
 class StaticScheduler(Scheduler):
@@ -42,7 +45,8 @@ class StaticScheduler(Scheduler):
             budget = self.max_num_batched_tokens
             while self.waiting and len(self.running) < self.max_num_seqs:
                 request = self.waiting[0]
-                total = request.prompt_tokens + request.output_tokens
+                # (and the drafts' lookahead slots of a verification step: decode_width - 1)
+                total = request.prompt_tokens + request.output_tokens + self.decode_width - 1
                 if request.prompt_tokens > budget or self.kv.admit(request, total) is None:
                     break
                 self.waiting.popleft()
@@ -60,18 +64,6 @@ class StaticScheduler(Scheduler):
                 plan.add_decode(request)
         return plan
 
-    def speculate(self, acceptance: DraftAcceptance) -> None:
-        """Refused: the baseline is batched generation as HF ``generate`` runs it, whose
-        assisted (speculative) generation takes one sequence at a time, and a batch's padding
-        would verify drafts it never uses. Compare continuous batching with and without it."""
-        raise ConfigError(
-            "spec_decode.num_draft_tokens",
-            acceptance.num_draft_tokens,
-            "speculative decoding is not modelled with scheduler=static (request-level batching,"
-            " as HF generate, drafts for one sequence only); use vllm, sglang, trtllm, sarathi or"
-            " prefill_first, or set it to 0",
-        )
-
     def _release_batch(self) -> None:
         for request in self.batch:
             self.kv.free(request)
@@ -82,7 +74,7 @@ class StaticScheduler(Scheduler):
         self.running = [r for r in self.running if r.status == RUNNING]
 
     def decode_stretch_limit(self, plan: StepPlan) -> int:
-        if not plan.is_pure_decode:
-            return 1
+        if not plan.is_pure_decode or self.acceptance is not None:
+            return 1  # (with speculation, each step's acceptance is drawn anew)
         # KV was reserved for the whole output at admission: only completions end the stretch.
         return max(1, min(r.output_tokens - r.num_generated for r in plan.decodes))
