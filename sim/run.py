@@ -224,7 +224,7 @@ def simulate(
     if pooled is None:
         schedulers = [setup.scheduler(m) for m in range(len(placement.deployments))]
     else:  # (it asks the decode pool too)
-        schedulers = [pooled.prefill_scheduler()]
+        schedulers = [pooled.admission]
     pattern = getattr(spec, "pattern", None)
     length_field = (
         ("workload.pattern", pattern)

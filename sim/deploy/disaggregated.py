@@ -71,13 +71,16 @@ class DisaggregatedFleet:
             prefill_setup = EngineSetup(
                 self.prefill.cfg, self.prefill.run, _one_model(self.prefill)
             )
-            prefill_setup.scheduler(0)  # (its options checked first, in the prefill pool's terms)
+            # the scheduler the run asks which requests the fleet can serve (``check_servable``):
+            # its options are checked first, in the prefill pool's terms
+            self.admission = prefill_setup.scheduler(0)
         with self._in_terms_of("decode"):
             decode_setup = EngineSetup(self.decode.cfg, self.decode.run, _one_model(self.decode))
             # what a prefill replica asks before taking a request (``Scheduler.hand_off_to``):
             # built once, before the decode replicas' own, so that their acceptance draws
             # (``spec_decode.N``) do not depend on the prefill pool's size
             self._decode_reference = decode_setup.scheduler(0)
+        self.admission.hand_off_to(self._decode_reference)
         self.setups = (prefill_setup, decode_setup)
         self.link = link = kv_link(placement, prefill.gpu, decode.gpu)
         kv_per_token_per_gpu = prefill.memory.kv_bytes_per_token_per_gpu
@@ -118,9 +121,9 @@ class DisaggregatedFleet:
             raise in_pool_terms(err, name, getattr(self.placement_config, name)) from None
 
     def prefill_scheduler(self) -> Scheduler:
-        """A prefill replica's scheduler, handing its requests to the decode pool's kind."""
-        with self._in_terms_of("prefill"):
-            scheduler = self.setups[0].scheduler(0)
+        """A prefill replica's scheduler, handing its requests to the decode pool's kind (its
+        options were checked when ``admission`` was built)."""
+        scheduler = self.setups[0].scheduler(0)
         scheduler.hand_off_to(self._decode_reference)
         return scheduler
 
