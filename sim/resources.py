@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from sim.errors import ConfigError
 
@@ -39,6 +40,24 @@ def _package_dir(package: str, checkout_folder: str) -> Path:
 def config_dir() -> Path:
     """The folder of Fleetcast's Hydra configs (``configs/`` in a checkout)."""
     return _package_dir("sim.configs", "configs")
+
+
+def yaml_loader() -> Any:
+    """PyYAML's C parser where PyYAML was built with libyaml (a shipped config file in well
+    under a millisecond; the pure-Python parser, which OmegaConf uses, takes a few)."""
+    import yaml  # here: the command imports this module before it pauses the collector
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@cache
+def config_file(relative: str) -> Any:
+    """A shipped config file (``config.yaml``, ``sim/default.yaml``) as plain data, read once:
+    for looking its keys up, not for composing (no interpolation, YAML 1.1 scalars). Shared:
+    not to be changed."""
+    import yaml
+
+    return yaml.load((config_dir() / relative).read_text(), Loader=yaml_loader())
 
 
 def data_dir() -> Path:

@@ -137,3 +137,41 @@ def test_calibrate_without_its_extra_says_what_to_install(tmp_path, missing):
         f"error: fleetcast calibrate needs {missing}: pip install 'fleetcast[calibrate]'"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_collector_is_paused_while_a_run_starts_and_given_back_as_it_was(tmp_path, monkeypatch):
+    import gc
+
+    import sim.run
+    from sim.cli import STARTUP, main
+
+    seen = {}
+    real_simulate = sim.run.simulate
+
+    def simulate(*args, **kwargs):
+        # the simulation runs with the collector on, what start-up built frozen
+        seen["enabled"], seen["frozen"] = gc.isenabled(), gc.get_freeze_count()
+        return real_simulate(*args, **kwargs)
+
+    monkeypatch.setattr(sim.run, "simulate", simulate)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    main(["workload.num_requests=5", "sim.progress=false", f"output_dir={tmp_path / 'run'}"])
+    assert seen["enabled"] and seen["frozen"] > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # unfrozen: collectable again
+    with pytest.raises(SystemExit):  # a refused run gives it back too
+        main(["fleet.replicas=0", f"output_dir={tmp_path / 'bad'}"])
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and not STARTUP.paused
+
+    gc.disable()  # a caller that runs without the collector keeps it off
+    try:
+        STARTUP.begin()
+        STARTUP.begin()  # twice: still gives back what the first found
+        STARTUP.release()
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    STARTUP.begin()
+    STARTUP.begin()
+    assert not gc.isenabled()
+    STARTUP.release()
+    assert gc.isenabled()

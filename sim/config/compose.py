@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from sim.errors import ConfigError
-from sim.resources import config_dir
+from sim.resources import config_dir, config_file
 
 # overrides of Hydra's own config (its launcher, sweeper, folders, logging)
 HYDRA_OVERRIDE = ("hydra.", "hydra/", "+hydra", "~hydra")
@@ -54,14 +54,12 @@ def load_option(group: str, name: object, field: str) -> dict[str, Any]:
 
 def _default_options() -> dict[str, str]:
     """The option each config group takes when the command line does not choose one."""
-    defaults = cast(DictConfig, OmegaConf.load(config_dir() / "config.yaml")).get("defaults", [])
-    # DictConfig keys are typed as any key type; a defaults entry's key is a group name
     return {
-        cast(str, k): v
-        for entry in defaults
-        if isinstance(entry, DictConfig)
+        str(k): v
+        for entry in config_file("config.yaml").get("defaults", [])
+        if isinstance(entry, dict)
         for k, v in entry.items()
-        if not cast(str, k).startswith("override ")  # Hydra's own groups (launcher, sweeper)
+        if not str(k).startswith("override ")  # Hydra's own groups (launcher, sweeper)
     }
 
 
@@ -76,7 +74,7 @@ def check_overrides(overrides: list[str]) -> None:
     _check_grammar(overrides)
     options = _default_options()
     plain: list[tuple[str, str]] = []
-    extra: DictConfig | ListConfig = OmegaConf.create()  # keys that selected experiments add
+    extra: dict[str, Any] = {}  # keys that selected experiments add
     for override in overrides:
         key, sep, value = override.partition("=")
         if key.lstrip("+") == "experiment" and sep:
@@ -88,14 +86,11 @@ def check_overrides(overrides: list[str]) -> None:
                         "unknown experiment; choose one of "
                         + ", ".join(group_options("experiment")),
                     )
-            body = cast(
-                DictConfig,
-                OmegaConf.load(config_dir() / "experiment" / f"{value.split(',')[0]}.yaml"),
-            )
-            for entry in body.pop("defaults", []):
-                for k, v in entry.items() if isinstance(entry, DictConfig) else ():
-                    options[cast(str, k).removeprefix("override ").lstrip("/")] = v
-            extra = OmegaConf.merge(extra, body)
+            body = config_file(f"experiment/{value.split(',')[0]}.yaml") or {}
+            for entry in body.get("defaults", []):
+                for k, v in entry.items() if isinstance(entry, dict) else ():
+                    options[str(k).removeprefix("override ").lstrip("/")] = v
+            extra = _merged(extra, {k: v for k, v in body.items() if k != "defaults"})
             continue
         if not sep or key.startswith(("+", "~", "hydra")):
             continue
@@ -110,25 +105,22 @@ def check_overrides(overrides: list[str]) -> None:
             options[key] = value.split(",")[0]
         else:
             plain.append((key, value))
-    top = OmegaConf.load(config_dir() / "config.yaml")
+    top = config_file("config.yaml")
     for key, value in plain:
         group, _, rest = key.partition(".")
         if group in options and rest:
-            node = OmegaConf.load(config_dir() / group / f"{options[group]}.yaml")
+            node = config_file(f"{group}/{options[group]}.yaml") or {}
             path = rest
         else:
             node, path = top, key
-        if (
-            OmegaConf.select(node, path, default=_MISSING) is _MISSING
-            and OmegaConf.select(extra, key, default=_MISSING) is _MISSING
-        ):
+        if _select(node, path) is _MISSING and _select(extra, key) is _MISSING:
             where = f"{group}={options[group]}" if group in options else "config.yaml"
             known = _keys_at(node, path.rpartition(".")[0])
             if node is top and "." not in path:  # a top-level key: the groups count too
                 known = sorted({*known, *options} - {"hydra"})
             hint = f"; known: {', '.join(known)}" if known else ""
             raise ConfigError(key, value, f"unknown key in {where}{hint}")
-        if "dist" in value and isinstance(OmegaConf.select(node, path, default=None), DictConfig):
+        if "dist" in value and isinstance(_select(node, path), dict):
             # Hydra merges a mapping into a mapping default: a length distribution given over a
             # preset's would keep the preset's other keys (its clip, say), or fail for another
             # kind of distribution
@@ -143,11 +135,32 @@ def check_overrides(overrides: list[str]) -> None:
 _MISSING = object()
 
 
+def _select(node: Any, path: str) -> Any:
+    """The value at dotted ``path`` (``scheduler.max_num_seqs``, ``workload.slo.0``) of plain
+    config data, or ``_MISSING``."""
+    for part in path.split("."):
+        if isinstance(node, dict):
+            node = next((v for k, v in node.items() if str(k) == part), _MISSING)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def _merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """``more`` merged into a copy of ``base``, mappings key by key (as Hydra merges them)."""
+    out = dict(base)
+    for k, v in more.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def _keys_at(node: Any, path: str) -> list[str]:
     """The keys of the mapping at ``path`` in ``node`` (the top when ``path`` is empty)."""
-    found = OmegaConf.select(node, path, default=None) if path else node
-    if isinstance(found, DictConfig):
-        return sorted(str(k) for k in found.keys() if k != "defaults")
+    found = _select(node, path) if path else node
+    if isinstance(found, dict):
+        return sorted(str(k) for k in found if k != "defaults")
     return []
 
 

@@ -40,7 +40,7 @@ from sim.output.run_files import (
 from sim.plan.rounds import Rounds
 from sim.plan.runs import RUNS_FOLDER, Job, Simulations
 from sim.report.day_plan import DAY_PLAN_FILE, DayPlan, read_day_plan
-from sim.resources import config_dir
+from sim.resources import config_file, yaml_loader
 
 COLLECTED_FOLDER = "collected"
 RUNS_TABLE = "runs.parquet"
@@ -48,7 +48,6 @@ PLAN_FILE = "plan.json"
 PLAN_TABLE = "plan.parquet"
 PLAN_REQUEST_FILE = "plan_request.json"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's record of a sweep's command
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _refuse(path: Path | str, reason: str) -> ConfigError:
@@ -64,7 +63,7 @@ def _read_json(path: Path, folder: Path) -> Any:
 
 def _read_yaml(path: Path, folder: Path) -> Any:
     try:
-        return yaml.load(path.read_text(), Loader=_YAML_LOADER)
+        return yaml.load(path.read_text(), Loader=yaml_loader())
     except (OSError, yaml.YAMLError) as err:
         raise _refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
 
@@ -207,7 +206,7 @@ def plan_command(request: dict[str, Any]) -> str:
     """``fleetcast plan`` from ``plan_request.json``: the base overrides, then each plan setting
     that differs from the shipped default (``configs/plan/default.yaml``), ``plan.day.*`` one
     by one."""
-    defaults = yaml.load((config_dir() / "plan" / "default.yaml").read_text(), Loader=_YAML_LOADER)
+    defaults = config_file("plan/default.yaml")
     settings = request.get("plan") or {}
     given = {k: v for k, v in settings.items() if k != "day"}
     given.update({f"day.{k}": v for k, v in (settings.get("day") or {}).items()})

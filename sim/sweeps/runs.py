@@ -19,10 +19,10 @@ import yaml
 
 from sim.config.legacy import canonical_run_config
 from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
+from sim.resources import yaml_loader
 from sim.sweeps.resume import PRESENTATION_KEYS
 
 # libyaml's loader where installed: reading the YAML is most of the time a collect takes.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Overrides that say where a run was written, not what it simulated.
 NOT_PARAMETERS = frozenset(PRESENTATION_KEYS)
 
@@ -104,7 +104,7 @@ def _override_key(override: str) -> str | None:
 
 def _load_yaml(path: Path, run_id: str) -> Any:
     try:
-        return yaml.load(path.read_text(), Loader=_YAML_LOADER)
+        return yaml.load(path.read_text(), Loader=yaml_loader())
     except (OSError, yaml.YAMLError) as err:
         raise CollectError(
             f"run {run_id}: cannot read {path.name}: {' '.join(str(err).split())}"
@@ -114,7 +114,7 @@ def _load_yaml(path: Path, run_id: str) -> Any:
 def read_run(sweep_dir: Path, run_dir: Path) -> Run:
     run_id = _run_id(sweep_dir, run_dir)
     try:  # config.yaml is resolved already (OmegaConf.to_yaml): plain YAML
-        config = yaml.load((run_dir / CONFIG_FILE).read_text(), Loader=_YAML_LOADER)
+        config = yaml.load((run_dir / CONFIG_FILE).read_text(), Loader=yaml_loader())
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except Exception as err:  # a damaged file: name the run, in one line
         raise CollectError(

@@ -152,3 +152,25 @@ def test_every_experiment_composes_and_runs(name):
     if cfg["output"]["steps"] == "full":  # (bucketed: a row per replica and minute)
         assert s["num_steps"] == result.steps.num_rows
     assert s["completed"] + s["rejected"] + s["unfinished"] == s["num_requests"] >= 1
+
+
+def test_check_overrides_reads_keys_from_the_options_the_command_line_selects():
+    from sim.config.compose import check_overrides
+    from sim.errors import ConfigError
+
+    check_overrides(["scheduler.max_num_seqs=8", "seed=3", "output_dir=x"])
+    check_overrides(["workload=daily", "workload.profile.3=0.5"])  # an item of a list
+    # an experiment selects other options (closed_loop) and adds keys
+    check_overrides(["+experiment=speculative_decoding", "workload.concurrency=16"])
+    refused = {
+        "scheduler.bogus=1": "scheduler.bogus='1': unknown key in scheduler=vllm; known: ",
+        "workload.profile.99=1": "unknown key in workload=azure_conv",
+        "bogus=1": "bogus='1': unknown key in config.yaml; known: autoscale, cost,",
+    }
+    for override, message in refused.items():
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+            check_overrides([override])
+    with pytest.raises(ConfigError, match="workload.profile.99='1': unknown key in workload=daily"):
+        check_overrides(["workload=daily", "workload.profile.99=1"])
+    with pytest.raises(ConfigError, match="would be merged into the preset's mapping"):
+        check_overrides(["workload=agent_sessions", "workload.user_tokens={dist:uniform,low:1}"])
