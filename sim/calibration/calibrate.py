@@ -181,7 +181,7 @@ def _calibrate(
     if args.steps:
         return calibrate_steps(
             args.steps,
-            model=model.name,
+            model=model,
             hardware=gpu.name,
             weights=weights,
             kv=kv,

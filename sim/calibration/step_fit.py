@@ -7,6 +7,11 @@ context, the new token included) and ``step_time_s``: the GUIDE's linear contrac
 columns are ``StepShape``'s fields). ``fleetcast profile`` writes such a file from PyTorch; any
 engine's step log can be turned into one. The fit is non-negative least squares (SciPy), rows
 weighted by 1/time, so every coefficient is a cost and more work is never faster.
+
+For a mixture-of-experts model the fit has one more column, the share of the routed experts the
+step's P + D tokens touch (``ModelSpec.expected_experts_touched``), whose coefficient is
+``c_expert_weights``: the time to read every routed expert once (``sim.engine.step_time.
+calibrated``). Give the steps of small decode batches too: they are where it shows.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from scipy.optimize import nnls
 
 from sim.arrow_numpy import column_to_numpy
 from sim.calibration.fitting import HOLDOUT_EVERY, errors, holdout, sha256
+from sim.catalog.model import ModelSpec
 from sim.engine.step_shape import REQUIRED_SHAPE_COLUMNS, STEP_SHAPE_COLUMNS
 from sim.engine.step_time.profile import Profile
 from sim.errors import require
@@ -63,30 +69,47 @@ def read_steps(path: str | Path) -> dict[str, np.ndarray]:
     return cols
 
 
-def fit_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, float | None], dict[str, Any]]:
+def fit_steps(
+    cols: dict[str, np.ndarray], model: ModelSpec | None = None
+) -> tuple[dict[str, float | None], dict[str, Any]]:
     """Non-negative least squares of the linear contract on 80% of rows; error on the rest.
 
     Rows are weighted by 1/time so the fit minimises relative, not absolute, error (a 5 ms
-    decode step matters as much as a 500 ms prefill)."""
+    decode step matters as much as a 500 ms prefill). A mixture-of-experts ``model`` adds the
+    touched experts' read (module doc)."""
     p, d = cols["num_prefill_tokens"], cols["num_decode_seqs"]
     ap, ad, t = cols["prefill_attn"], cols["decode_context"], cols["step_time_s"]
-    design = np.column_stack([np.ones_like(t), p + d, d, ap, ad, (p > 0).astype(float)])
+    columns = [np.ones_like(t), p + d, d, ap, ad, (p > 0).astype(float)]
+    names = ["c0", "c_token", "c_decode_seq", "c_prefill_attn", "c_decode_attn", "c_prefill_step"]
+    if model is not None and model.is_moe:
+        touched = [model.expected_experts_touched(int(n)) for n in p + d]
+        columns.append(np.array(touched) / model.num_experts)
+        names.append("c_expert_weights")
+    design = np.column_stack(columns)
     held = holdout(len(t))
     weight = 1.0 / t
     coef, _ = nnls(design[~held] * weight[~held, None], t[~held] * weight[~held])
-    names = ("c0", "c_token", "c_decode_seq", "c_prefill_attn", "c_decode_attn", "c_prefill_step")
     # typed as a profile's coefficients (which may hold None)
     coefficients: dict[str, float | None] = dict(zip(names, (float(x) for x in coef), strict=True))
     return coefficients, errors(design[held] @ coef, t[held])
 
 
 def calibrate_steps(
-    path: str | Path, *, model: str, hardware: str, weights: str, kv: str, backend: str
+    path: str | Path,
+    *,
+    model: str | ModelSpec,
+    hardware: str,
+    weights: str,
+    kv: str,
+    backend: str,
 ) -> Profile:
+    """A profile fitted to the per-step CSV at ``path``; ``model`` by its shape (a mixture of
+    experts gets the experts' term) or by name only (the linear contract)."""
     path = Path(path)
-    coefficients, error = fit_steps(read_steps(path))
+    spec = model if isinstance(model, ModelSpec) else None
+    coefficients, error = fit_steps(read_steps(path), spec)
     return Profile(
-        model=model,
+        model=model.name if isinstance(model, ModelSpec) else model,
         hardware=hardware,
         weights_precision=weights,
         kv_precision=kv,

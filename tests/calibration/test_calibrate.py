@@ -34,6 +34,26 @@ def test_fitting_recovers_the_coefficients_that_made_the_data(tmp_path):
     assert profile.holdout_error["step_time"]["rows"] == 80  # every fifth row held out
 
 
+def test_a_mixture_of_experts_fit_recovers_the_read_of_the_experts_its_tokens_touch(tmp_path):
+    mixtral = ModelSpec.from_config(compose("model=mixtral_8x7b")["model"])
+    assert (mixtral.num_experts, mixtral.experts_per_token) == (8, 2)
+    path = synthetic_steps(tmp_path / "s.csv", experts=(8, 2, 3e-3))
+    profile = calibrate_steps(
+        path, model=mixtral, hardware="g", weights="bf16", kv="bf16", backend="vllm"
+    )
+    assert profile.model == mixtral.name
+    assert profile.coefficients["c_expert_weights"] == pytest.approx(3e-3, rel=1e-6)
+    for name, value in KNOWN.items():
+        assert profile.coefficients[name] == pytest.approx(value, rel=1e-6), name
+    assert profile.holdout_error["step_time"]["mape"] < 1e-9
+    # a dense model's fit has no such term: the same steps leave a misfit instead
+    dense = calibrate_steps(
+        path, model="m", hardware="g", weights="bf16", kv="bf16", backend="vllm"
+    )
+    assert "c_expert_weights" not in dense.coefficients
+    assert dense.holdout_error["step_time"]["mape"] > 0.01
+
+
 def test_fitting_with_noise_stays_close_and_reports_its_held_out_error(tmp_path):
     profile = calibrate_steps(
         synthetic_steps(tmp_path / "s.csv", n=2000, noise=0.02),
@@ -194,3 +214,23 @@ def test_without_an_allreduce_latency_the_profile_leaves_it_to_the_catalog(tmp_p
     profile = Profile.load(tmp_path / "p.json")
     assert profile.coefficients["c_allreduce_latency"] is None
     assert profile.schema_version == 2
+
+
+def test_calibrate_steps_of_a_mixture_of_experts_gives_a_profile_a_run_uses(tmp_path):
+    steps = synthetic_steps(tmp_path / "moe.csv", experts=(8, 2, 3e-3))
+    out = tmp_path / "moe.json"
+    proc = _calibrate("--steps", str(steps), "model=mixtral_8x7b", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = Profile.load(out)
+    assert profile.coefficients["c_expert_weights"] == pytest.approx(3e-3, rel=1e-6)
+    cfg = compose(
+        "model=mixtral_8x7b",
+        "fleet.tp=2",
+        "step_time=calibrated",
+        f"step_time.profile={out}",
+        "workload.num_requests=20",
+    )
+    from sim.run import simulate
+
+    summary = simulate(cfg, tmp_path / "run").summary
+    assert summary["completed"] == summary["num_requests"] == 20

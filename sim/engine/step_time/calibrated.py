@@ -9,6 +9,12 @@
         + all-reduce(P + D)                     2 per layer when tp > 1 (ring, as the roofline),
                                                 each paying c_allreduce_latency (or, when the
                                                 profile has none, the catalog's latency)
+        + c_expert_weights·touched(P + D) / tp  a mixture of experts: the routed experts' weights
+                                                the step's tokens touch, read once
+
+    touched(n) = 1 - (1 - k/E)**n               the expected share of the E routed experts that n
+                                                tokens choosing k each touch (uniform routing,
+                                                ``ModelSpec.expected_experts_touched``)
 
     split(f, n) = f(1) / tp + (f(n) - f(1)) / s  the curve's floor (every weight read once) split
                                                 over the tp GPUs, the work above it sped up by s
@@ -27,6 +33,14 @@ holds 1/tp of them), so those terms divide by ``tp``. Per-token work does not sp
 well: each GPU multiplies matrices ``tp`` times narrower, which run below the efficiency of the
 measured TP-1 shapes. ``tp_compute_exponent`` (1 = ideal, the default when a profile has none)
 says how much: per-token work on ``tp`` GPUs takes 1/tp**exponent of its TP-1 time.
+
+Mixture of experts. A small step reads only the routed experts its tokens chose; a large one
+reads them all (then its cost grows with tokens, as a dense model's). ``c_expert_weights`` is
+that read for all experts, fitted by ``fleetcast calibrate --steps`` for a MoE model (a column
+of touched(P + D) beside the linear contract's); the rest of a MoE step (attention, shared
+experts, the router, the chosen experts' FLOPs) is in the other terms, as for a dense model.
+Each GPU of a TP group holds a slice of every expert, so the read splits by ``tp``. Expert
+parallelism (``fleet.ep``) is refused: its all-to-all is not in a one-GPU measurement.
 
 A profile (JSON, ``Profile``) holds the curves and coefficients for one (model, GPU, weight
 precision, KV precision, backend), with its provenance and held-out error. Profiles are measured
@@ -161,6 +175,8 @@ class CalibratedStepTime(StepTimeModel):
         self._c_decode_step = c["c_decode_step"]
         self._c_decode_seq = c["c_decode_seq"] / speedup
         self._c_decode_attn = c["c_decode_attn"] / tp
+        self._expert_weights = c["c_expert_weights"] / tp
+        self._model = deployment.model
         self._gemm = _SplitCurve(prof.gemm_tokens, prof.gemm_s, tp, speedup)
         self._lm_head = _SplitCurve(prof.lm_head_tokens, prof.lm_head_s, tp, speedup)
         if tp > 1:
@@ -197,6 +213,10 @@ class CalibratedStepTime(StepTimeModel):
             + self._allreduce_per_token * tokens
             + self._allreduce_fixed
         )
+        if self._expert_weights:
+            model = self._model
+            touched = model.expected_experts_touched(tokens) / model.num_experts
+            t += self._expert_weights * touched
         if num_prefill_tokens:
             t += (
                 self._c_prefill_step

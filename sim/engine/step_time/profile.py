@@ -32,6 +32,9 @@ COEFFICIENTS = (
     "c_decode_seq",
     "c_decode_attn",
     "c_allreduce_latency",
+    # a mixture of experts: the time to read every routed expert's weights once (TP 1); a step
+    # pays the share its tokens touch (calibrated.py's docstring)
+    "c_expert_weights",
 )
 # how per-token work scales with tensor parallelism (calibrated.py's docstring); 1 = ideal
 TP_EXPONENT = "tp_compute_exponent"

@@ -78,6 +78,38 @@ def test_tp_exponent_slows_per_token_work_only(tmp_path):
     assert one[0] == pytest.approx(one[1], rel=1e-12)
 
 
+def test_a_mixture_of_experts_step_reads_the_experts_its_tokens_touch(tmp_path):
+    # worked by hand for Mixtral (E = 8 routed experts, k = 2 per token) at TP 2: a step of n
+    # tokens reads 1 - (3/4)**n of the experts' weights, half of them on each GPU
+    profile = Profile(
+        model="mistralai/Mixtral-8x7B-v0.1",
+        hardware="H100-SXM",
+        weights_precision="bf16",
+        kv_precision="bf16",
+        backend="vllm",
+        coefficients={"c0": 0.001, "c_expert_weights": 0.008, "c_allreduce_latency": 0.0},
+    )
+    path = profile.save(tmp_path / "moe.json")
+    cfg = compose(
+        "model=mixtral_8x7b", "fleet.tp=2", "step_time=calibrated", f"step_time.profile={path}"
+    )
+    step_time = build(cfg["step_time"], "step_time", deployment=build_deployment(cfg))
+    allreduce = step_time.step_time_s(StepShape(0, 1, 0, 0)) - 0.001 - 0.004 * 0.25
+    for decodes, touched in ((1, 0.25), (2, 0.4375), (4, 0.68359375)):
+        got = step_time.step_time_s(StepShape(0, decodes, 0, 0))
+        want = 0.001 + 0.004 * touched + allreduce * decodes
+        assert got == pytest.approx(want, rel=1e-12), decodes
+    assert allreduce == pytest.approx(
+        2 * 32 * (2 * 1 / 2) * 4096 * 2 / build_deployment(cfg).gpu.interconnect_bytes_per_s
+    )
+    # a large prefill touches every expert: the whole read, once
+    whole = step_time.step_time_s(StepShape(512, 0, 0, 0))
+    assert whole == pytest.approx(0.001 + 0.004 * (1 - 0.75**512) + allreduce * 512)
+    assert step_time.decode_stretch_s(StepShape(0, 2, 0, 10), 2, 3) == pytest.approx(
+        [step_time.step_time_s(StepShape(0, 2, 0, 10 + 2 * i)) for i in range(3)]
+    )
+
+
 def test_a_calibrated_run_meets_the_contract(tmp_path):
     result = simulate(
         compose(
