@@ -51,7 +51,7 @@ marks = {"python": time.time()}
 import json, sys
 import sim.cli
 if hasattr(sim.cli, "STARTUP"):  # as sim.cli.main does first, where the tree does it
-    sim.cli.STARTUP.begin()
+    sim.cli.STARTUP.begin(freeze=True)
 import hydra
 import sim.run as run
 import sim.fleet.cluster as cluster

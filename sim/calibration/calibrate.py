@@ -135,6 +135,9 @@ def main(argv: list[str]) -> int:
             f"median {held_out['median_ape']:6.2%}  max {held_out['max_ape']:6.2%}  "
             f"({held_out['rows']} rows)"
         )
+    if args.steps:  # what the fit could not tell from the steps
+        for note in profile.modelled:
+            print(f"  note: {note}")
     return 0
 
 

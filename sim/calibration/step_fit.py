@@ -81,9 +81,9 @@ def fit_steps(
     ap, ad, t = cols["prefill_attn"], cols["decode_context"], cols["step_time_s"]
     columns = [np.ones_like(t), p + d, d, ap, ad, (p > 0).astype(float)]
     names = ["c0", "c_token", "c_decode_seq", "c_prefill_attn", "c_decode_attn", "c_prefill_step"]
-    if model is not None and model.is_moe:
-        touched = [model.expected_experts_touched(int(n)) for n in p + d]
-        columns.append(np.array(touched) / model.num_experts)
+    share = experts_share(cols, model)
+    if share is not None:
+        columns.append(share)
         names.append("c_expert_weights")
     design = np.column_stack(columns)
     held = holdout(len(t))
@@ -92,6 +92,24 @@ def fit_steps(
     # typed as a profile's coefficients (which may hold None)
     coefficients: dict[str, float | None] = dict(zip(names, (float(x) for x in coef), strict=True))
     return coefficients, errors(design[held] @ coef, t[held])
+
+
+# the experts' term is fitted only where enough steps touch under this share of the experts
+SMALL_STEP_SHARE = 0.9
+SMALL_STEPS_MIN = 10  # ... and at least this many such steps, or 5% of the rows
+
+
+def experts_share(cols: dict[str, np.ndarray], model: ModelSpec | None) -> np.ndarray | None:
+    """Per step, the share of a MoE ``model``'s routed experts its P + D tokens touch; None for
+    a dense model, or when too few steps are small enough for the share to vary (above about
+    0.9 it is one more constant, which the fit could put in c0 or here alike)."""
+    if model is None or not model.is_moe:
+        return None
+    tokens = cols["num_prefill_tokens"] + cols["num_decode_seqs"]
+    touched = [model.expected_experts_touched(int(n)) for n in tokens]
+    share = np.array(touched) / model.num_experts
+    small = int(np.count_nonzero(share < SMALL_STEP_SHARE))
+    return share if small >= max(SMALL_STEPS_MIN, 0.05 * len(share)) else None
 
 
 def calibrate_steps(
@@ -107,7 +125,16 @@ def calibrate_steps(
     experts gets the experts' term) or by name only (the linear contract)."""
     path = Path(path)
     spec = model if isinstance(model, ModelSpec) else None
-    coefficients, error = fit_steps(read_steps(path), spec)
+    cols = read_steps(path)
+    coefficients, error = fit_steps(cols, spec)
+    modelled = []
+    if spec is not None and spec.is_moe and "c_expert_weights" not in coefficients:
+        modelled.append(
+            "c_expert_weights not fitted: fewer than "
+            f"{max(SMALL_STEPS_MIN, int(np.ceil(0.05 * len(cols['step_time_s']))))} steps touch "
+            f"under {SMALL_STEP_SHARE:.0%} of the experts (give small decode batches); every "
+            "step is priced as reading all of them"
+        )
     return Profile(
         model=model.name if isinstance(model, ModelSpec) else model,
         hardware=hardware,
@@ -116,7 +143,7 @@ def calibrate_steps(
         backend=backend,
         coefficients=coefficients,
         measured=["every coefficient, fitted to measured step times"],
-        modelled=[],
+        modelled=modelled,
         provenance={
             "method": "nnls on the per-step linear contract",
             "sources": [{"path": path.name, "sha256": sha256(path)}],

@@ -22,7 +22,6 @@ from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE
 from sim.resources import yaml_loader
 from sim.sweeps.resume import PRESENTATION_KEYS
 
-# libyaml's loader where installed: reading the YAML is most of the time a collect takes.
 # Overrides that say where a run was written, not what it simulated.
 NOT_PARAMETERS = frozenset(PRESENTATION_KEYS)
 
@@ -103,6 +102,7 @@ def _override_key(override: str) -> str | None:
 
 
 def _load_yaml(path: Path, run_id: str) -> Any:
+    # libyaml's loader where installed: reading the YAML is most of the time a collect takes
     try:
         return yaml.load(path.read_text(), Loader=yaml_loader())
     except (OSError, yaml.YAMLError) as err:

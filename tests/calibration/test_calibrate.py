@@ -54,6 +54,36 @@ def test_a_mixture_of_experts_fit_recovers_the_read_of_the_experts_its_tokens_to
     assert dense.holdout_error["step_time"]["mape"] > 0.01
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_mixture_of_experts_fit_with_noise_stays_close(tmp_path, seed):
+    mixtral = ModelSpec.from_config(compose("model=mixtral_8x7b")["model"])
+    path = synthetic_steps(tmp_path / "s.csv", n=2000, noise=0.02, seed=seed, experts=(8, 2, 3e-3))
+    profile = calibrate_steps(
+        path, model=mixtral, hardware="g", weights="bf16", kv="bf16", backend="vllm"
+    )
+    assert profile.coefficients["c_expert_weights"] == pytest.approx(3e-3, rel=0.05)
+    assert profile.modelled == []
+
+
+def test_without_small_steps_the_experts_term_is_not_fitted_and_the_profile_says_so(tmp_path):
+    # every step touches at least 90% of Mixtral's experts: the share is one more constant
+    mixtral = ModelSpec.from_config(compose("model=mixtral_8x7b")["model"])
+    path = synthetic_steps(tmp_path / "s.csv", experts=(8, 2, 3e-3))
+    rows = path.read_text().splitlines()
+    kept = [rows[0]] + [r for r in rows[1:] if sum(map(int, r.split(",")[:2])) >= 8]
+    path.write_text("\n".join(kept) + "\n")
+    profile = calibrate_steps(
+        path, model=mixtral, hardware="g", weights="bf16", kv="bf16", backend="vllm"
+    )
+    assert "c_expert_weights" not in profile.coefficients
+    needed = -(-5 * (len(kept) - 1) // 100)  # 5% of the rows, rounded up (more than 10)
+    assert needed > 10
+    assert profile.modelled == [
+        f"c_expert_weights not fitted: fewer than {needed} steps touch under 90% of the experts "
+        "(give small decode batches); every step is priced as reading all of them"
+    ]
+
+
 def test_fitting_with_noise_stays_close_and_reports_its_held_out_error(tmp_path):
     profile = calibrate_steps(
         synthetic_steps(tmp_path / "s.csv", n=2000, noise=0.02),

@@ -175,6 +175,12 @@ class CalibratedStepTime(StepTimeModel):
         self._c_decode_step = c["c_decode_step"]
         self._c_decode_seq = c["c_decode_seq"] / speedup
         self._c_decode_attn = c["c_decode_attn"] / tp
+        require(
+            deployment.model.is_moe or not c["c_expert_weights"],
+            "step_time.profile",
+            str(path),
+            f"c_expert_weights is a mixture of experts' term; {deployment.model.name} is dense",
+        )
         self._expert_weights = c["c_expert_weights"] / tp
         self._model = deployment.model
         self._gemm = _SplitCurve(prof.gemm_tokens, prof.gemm_s, tp, speedup)

@@ -102,6 +102,12 @@ def test_a_mixture_of_experts_step_reads_the_experts_its_tokens_touch(tmp_path):
     assert allreduce == pytest.approx(
         2 * 32 * (2 * 1 / 2) * 4096 * 2 / build_deployment(cfg).gpu.interconnect_bytes_per_s
     )
+    # the term is a mixture of experts': a dense model's profile with it is refused
+    profile.model = "meta-llama/Llama-3.1-8B"
+    dense_path = profile.save(tmp_path / "dense.json")
+    dense = compose("step_time=calibrated", f"step_time.profile={dense_path}")
+    with pytest.raises(ConfigError, match="c_expert_weights is a mixture of experts' term"):
+        build(dense["step_time"], "step_time", deployment=build_deployment(dense))
     # a large prefill touches every expert: the whole read, once
     whole = step_time.step_time_s(StepShape(512, 0, 0, 0))
     assert whole == pytest.approx(0.001 + 0.004 * (1 - 0.75**512) + allreduce * 512)
