@@ -44,13 +44,15 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sim.errors import ConfigError, require
 from sim.resources import config_dir
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from sim.config.compose_cache import ComposeCache, ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
@@ -143,7 +145,9 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
     return None
 
 
-def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -> None:
+def _simulate_into(
+    cfg: DictConfig | dict[str, Any], output_dir: Path, choices: dict[str, Any]
+) -> None:
     from sim.output.run_files import SUMMARY_FILE, remove_temporaries
     from sim.output.summary_table import format_summary
     from sim.run import simulate
@@ -163,42 +167,39 @@ def _simulate_into(cfg: DictConfig, output_dir: Path, choices: dict[str, Any]) -
     )
 
 
-def _single_run(overrides: list[str]) -> None:
-    """One simulation, its config composed once.
+def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
+    """One simulation, its config composed once (``composed``, where the same command was
+    composed before; else now, by Hydra).
 
     Hydra's own runner composes the config twice (once to learn the run mode) and sets up
     logging and a job runtime that a simulation does not use, a third of a second before the
     first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
     config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
-    reads these run folders like any other. Runs that ask Hydra for more (``hydra.*``
-    overrides, flags) go through Hydra's runner.
+    reads these run folders like any other. The same command run again reads its composed
+    config back from disk, without Hydra (``sim.config.compose_cache``). Runs that ask Hydra
+    for more (``hydra.*`` overrides, flags) go through Hydra's runner.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import OmegaConf
 
+    from sim.config.compose_cache import ComposeFailed
+
+    if composed is None:
+        try:
+            composed = cache.compose()
+        except ComposeFailed as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+    output_dir = Path(composed.config.get("output_dir") or composed.run_folder())
     try:
-        with initialize_config_dir(
-            config_dir=str(config_dir()), version_base="1.3", job_name="cli"
-        ):
-            cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    except HydraException as err:  # what check_overrides could not foresee
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        sys.exit(2)
-    hydra_cfg = cfg.hydra
-    output_dir = Path(cfg.get("output_dir") or hydra_cfg.run.dir)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    try:
-        choices = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.runtime.choices))
-        _simulate_into(cfg, output_dir, choices)
+        _simulate_into(composed.config, output_dir, composed.choices)
     except ConfigError as err:
         _fail(err)
     record = output_dir / ".hydra"
     record.mkdir(exist_ok=True)
-    (record / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    (record / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
-    (record / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+    for name, text in composed.texts.items():  # config.yaml, hydra.yaml
+        (record / name).write_text(text)
+    (record / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cache.overrides)))
+    cache.keep(composed)  # for the next run of this command (after this one's first event)
 
 
 def _check_output_dir(argv: list[str]) -> None:
@@ -329,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _command(argv: list[str]) -> None:
     from sim.config.compose import HYDRA_OVERRIDE, check_overrides
+    from sim.config.compose_cache import ComposeCache
 
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -374,16 +376,21 @@ def _command(argv: list[str]) -> None:
         from sim.harness.compare import main as compare_main
 
         sys.exit(compare_main(argv))
+    # one run that Hydra's runner is not asked for (no flags, no hydra.* overrides)
+    single = command == "run" and not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv)
+    cache = ComposeCache(argv) if single else None
+    composed = cache.read() if cache is not None else None
     try:
-        check_overrides([a for a in argv if not a.startswith("-")])
+        if composed is None:  # (a command found in the cache passed these checks before)
+            check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)
     except ConfigError as err:
         _fail(err)
     if command == "memory":
         _memory(argv)
         return
-    if not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv):
-        _single_run(argv)
+    if cache is not None:
+        _single_run(cache, composed)
         return
     STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
     run_hydra(argv + _hydra_dirs(argv))

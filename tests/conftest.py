@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,28 @@ from tests.support import REPO_ROOT
 settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("deep", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+_CACHE_FOLDER = pytest.StashKey[tuple[str, "str | None"]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Runs composed in the suite (in process and in the subprocesses it starts) keep their
+    # configs in a folder of the suite's own, not in the user's ~/.cache (sim.config.compose_cache)
+    folder = tempfile.mkdtemp(prefix="fleetcast-test-cache-")
+    config.stash[_CACHE_FOLDER] = (folder, os.environ.get("FLEETCAST_CACHE_DIR"))
+    os.environ["FLEETCAST_CACHE_DIR"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder, before = config.stash.get(_CACHE_FOLDER, (None, None))
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("FLEETCAST_CACHE_DIR", None)
+    else:
+        os.environ["FLEETCAST_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,277 @@
+"""A single run's composed config, kept on disk so that the same command composes it once.
+
+Hydra's composing of the ~30 config files, and importing Hydra to do it, is about a third of
+what a default run pays before its first event (``benchmarks/bench_startup.py``). What it gives
+depends only on the config files, the command line, the folder it runs from and the installed
+Hydra, so ``ComposeCache`` keeps each result under a key made of all of those (and of the code
+that checks the overrides). The next run of the same command reads it back (a few
+milliseconds) and imports neither Hydra nor its override parser; any change to any of them is a
+new key, composed by Hydra as before. A run keeps its entry when it has written its files, so a
+refused run keeps nothing. Only results that need no resolving at run time are kept: a config
+without ``${...}`` interpolations, and a run folder that only asks for the time (Hydra's
+``outputs/${now:...}/${now:...}``), which is filled in here as Hydra would.
+
+Where: ``$FLEETCAST_CACHE_DIR/compose`` if set, else ``$XDG_CACHE_HOME/fleetcast/compose``,
+else ``~/.cache/fleetcast/compose``; at most ``MAX_ENTRIES`` files of a few kilobytes, the
+least recently used removed first. ``FLEETCAST_COMPOSE_CACHE=0`` turns it off. The cache is a
+convenience, never a reason to fail: an entry that cannot be read is composed again, a folder
+that cannot be written is not written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from sim.resources import config_dir
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# a new layout of the entries (or of what goes into the key) changes this
+FORMAT = 2
+MAX_ENTRIES = 256
+JOB_NAME = "cli"
+_NOW = re.compile(r"\$\{now:([^}]*)\}")
+
+
+class ComposeFailed(Exception):
+    """Hydra refused the command line; ``str(err)`` is its message on one line."""
+
+
+class ComposedRun:
+    """What a single run needs from its composed config: the job's config (plain, resolved),
+    the option chosen in each config group, Hydra's run folder (``${now:...}`` unfilled), and
+    the texts of the run's ``.hydra/config.yaml`` and ``hydra.yaml``.
+
+    Read back from the cache it holds those texts; composed by Hydra it holds Hydra's configs
+    (``hydra_configs``, the job's and Hydra's own) and writes the texts when first asked, which
+    is after the run has started.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        choices: dict[str, Any],
+        run_dir: str,
+        *,
+        texts: dict[str, str] | None = None,
+        hydra_configs: tuple[DictConfig, DictConfig] | None = None,
+    ) -> None:
+        assert (texts is None) != (hydra_configs is None), "the texts, or what makes them"
+        self.config, self.choices, self.run_dir = config, choices, run_dir
+        self._texts, self._hydra_configs = texts, hydra_configs
+
+    @property
+    def from_cache(self) -> bool:
+        return self._hydra_configs is None
+
+    @cached_property
+    def texts(self) -> dict[str, str]:
+        """``.hydra/config.yaml`` and ``hydra.yaml`` as Hydra writes them (unresolved)."""
+        if self._texts is not None:
+            return self._texts
+        from omegaconf import OmegaConf
+
+        assert self._hydra_configs is not None
+        cfg, hydra_cfg = self._hydra_configs
+        return {
+            "config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        }
+
+    def run_folder(self) -> str:
+        """The run folder, its ``${now:FORMAT}`` parts filled with the time now (as Hydra's
+        ``now`` resolver does)."""
+        now = datetime.now()
+        return _NOW.sub(lambda match: now.strftime(match.group(1)), self.run_dir)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "choices": self.choices,
+            "run_dir": self.run_dir,
+            "texts": self.texts,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ComposedRun:
+        texts = data["texts"]
+        if not (isinstance(texts, dict) and set(texts) == {"config.yaml", "hydra.yaml"}):
+            raise ValueError("not an entry of this layout")
+        return cls(data["config"], data["choices"], data["run_dir"], texts=texts)
+
+
+class ComposeCache:
+    """The cache entry of one command line (``overrides``), in the folder of ``cache_folder``.
+
+    An entry is written (``keep``) only after the command's overrides passed
+    ``check_overrides`` and Hydra composed them, and its key covers everything both read (the
+    config files, the command line, the code): a command that finds its entry needs neither
+    again.
+    """
+
+    def __init__(self, overrides: list[str]) -> None:
+        self.overrides = list(overrides)
+        folder = cache_folder()
+        self.entry = None if folder is None else folder / f"{_key(self.overrides)}.json"
+
+    def read(self) -> ComposedRun | None:
+        """This command's composed config as it was kept, or None (never composed, or the
+        cache is off)."""
+        if self.entry is None:
+            return None
+        cached = _read(self.entry)
+        if cached is not None:
+            try:  # the trim removes the least recently used first
+                os.utime(self.entry)
+            except OSError:
+                pass
+        return cached
+
+    def compose(self) -> ComposedRun:
+        """The config composed by Hydra (``keep`` keeps it for the next run of the command)."""
+        return _compose_with_hydra(self.overrides)
+
+    def keep(self, composed: ComposedRun) -> None:
+        """Keep what ``compose`` gave, where it reads back unchanged (``_keepable``)."""
+        if self.entry is not None and not composed.from_cache and _keepable(composed):
+            _write(self.entry, composed)
+
+
+def cache_folder() -> Path | None:
+    """Where composed configs are kept, or None when the cache is turned off."""
+    if os.environ.get("FLEETCAST_COMPOSE_CACHE", "1").strip().lower() in ("0", "false", "no"):
+        return None
+    root = os.environ.get("FLEETCAST_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(xdg, "fleetcast")
+    return Path(root) / "compose"
+
+
+def _key(overrides: list[str]) -> str:
+    """Everything the entry depends on: the config files (their content), the command line,
+    the working folder (``hydra.runtime.cwd``), the interpreter, the code that checks and
+    composes (this module and ``sim.config.compose``, their content: an edited checkout), and
+    the installed packages. A pip install or uninstall changes the mtime of the folder Hydra is
+    installed in (its ``*.dist-info`` folders come and go), so upgrading Fleetcast, Hydra,
+    OmegaConf or a launcher plugin, whose configs the run's Hydra config holds, is a new key."""
+    digest = hashlib.blake2b(digest_size=20)
+    configs = config_dir()
+    header = [FORMAT, str(configs), os.getcwd(), sys.executable, sys.version, list(overrides)]
+    for package in ("hydra", "omegaconf"):
+        spec = importlib.util.find_spec(package)  # finds it without importing it
+        installed = Path(spec.origin).parents[1] if spec and spec.origin else None
+        header.append([str(installed), installed.stat().st_mtime_ns if installed else None])
+    digest.update(json.dumps(header).encode())
+    for module in (__file__, _compose_source()):
+        with open(module, "rb") as file:
+            digest.update(file.read())
+    for root, folders, files in os.walk(configs):
+        folders.sort()
+        for name in sorted(files):
+            if name.endswith(".yaml"):
+                path = os.path.join(root, name)
+                digest.update(f"\0{os.path.relpath(path, configs)}\0".encode())
+                with open(path, "rb") as file:
+                    digest.update(file.read())
+    return digest.hexdigest()
+
+
+def _compose_source() -> str:
+    """The source of ``sim.config.compose`` (its override check decides what is kept)."""
+    from sim.config import compose
+
+    return str(compose.__file__)
+
+
+def _compose_with_hydra(overrides: list[str]) -> ComposedRun:
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf, open_dict
+
+    try:
+        with initialize_config_dir(
+            config_dir=str(config_dir()), version_base="1.3", job_name=JOB_NAME
+        ):
+            cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    except HydraException as err:  # what check_overrides could not foresee
+        raise ComposeFailed(" ".join(str(err).split())) from None
+    hydra_cfg = cfg.hydra
+    with open_dict(cfg):
+        del cfg["hydra"]
+    # to_container of a DictConfig is a dict
+    config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    choices = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.runtime.choices))
+    run = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.run, resolve=False))
+    return ComposedRun(config, choices, str(run["dir"]), hydra_configs=(cfg, hydra_cfg))
+
+
+def _keepable(composed: ComposedRun) -> bool:
+    """Kept only where reading it back gives exactly what Hydra gave, at any later time: no
+    interpolation left to resolve in the config (an override may add one), a run folder that
+    only asks for the time, and values that JSON carries unchanged (string keys, no tuples)."""
+    if "${" in composed.texts["config.yaml"] or "${" in _NOW.sub("", composed.run_dir):
+        return False
+    if "${" in json.dumps(composed.choices):
+        return False
+    data = composed.to_json()
+    return bool(json.loads(json.dumps(data)) == data)
+
+
+def _read(entry: Path) -> ComposedRun | None:
+    try:
+        with open(entry, encoding="utf-8") as file:
+            data = json.load(file)
+        return ComposedRun.from_json(data)
+    except (
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+    ):  # missing, half-written by a crash, old layout
+        return None
+
+
+def _write(entry: Path, composed: ComposedRun) -> None:
+    """Write ``entry`` whole (a temporary file renamed into place: a reader sees the old entry
+    or the new, never half of one), then trim the folder to ``MAX_ENTRIES``."""
+    temporary = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=entry.parent, suffix=".tmp", delete=False, encoding="utf-8"
+        ) as file:
+            temporary = file.name
+            json.dump(composed.to_json(), file)
+        os.replace(temporary, entry)
+        temporary = None
+        _trim(entry.parent)
+    except OSError:  # a read-only home, a full disk: the run goes on without the cache
+        pass
+    finally:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+
+
+def _trim(folder: Path) -> None:
+    """Keep the ``MAX_ENTRIES`` most recently used entries."""
+    entries = []
+    for path in folder.glob("*.json"):
+        try:
+            entries.append((path.stat().st_mtime_ns, path))
+        except OSError:  # removed by another run meanwhile
+            continue
+    entries.sort()
+    for _, path in entries[: max(0, len(entries) - MAX_ENTRIES)]:
+        path.unlink(missing_ok=True)
