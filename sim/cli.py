@@ -199,7 +199,7 @@ def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
     for name, text in composed.texts.items():  # config.yaml, hydra.yaml
         (record / name).write_text(text)
     (record / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cache.overrides)))
-    cache.keep(composed)  # for the next run of this command (after this one's first event)
+    cache.keep(composed)  # for the next run of this command, now that this one has its files
 
 
 def _check_output_dir(argv: list[str]) -> None:

@@ -25,7 +25,8 @@ _CACHE_FOLDER = pytest.StashKey[tuple[str, "str | None"]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     # Runs composed in the suite (in process and in the subprocesses it starts) keep their
-    # configs in a folder of the suite's own, not in the user's ~/.cache (sim.config.compose_cache)
+    # configs in a folder of the suite's own, not in the user's ~/.cache (sim.config.compose_cache);
+    # each test has its own (own_compose_cache), this one is for session fixtures
     folder = tempfile.mkdtemp(prefix="fleetcast-test-cache-")
     config.stash[_CACHE_FOLDER] = (folder, os.environ.get("FLEETCAST_CACHE_DIR"))
     os.environ["FLEETCAST_CACHE_DIR"] = folder
@@ -40,6 +41,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop("FLEETCAST_CACHE_DIR", None)
     else:
         os.environ["FLEETCAST_CACHE_DIR"] = before
+
+
+@pytest.fixture(autouse=True)
+def own_compose_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Each test composes into a cache of its own, so that no test reads what another kept
+    (a hit skips Hydra and the override check): results never depend on the tests' order."""
+    monkeypatch.setenv("FLEETCAST_CACHE_DIR", str(tmp_path_factory.mktemp("compose-cache")))
 
 
 @pytest.fixture(scope="session")

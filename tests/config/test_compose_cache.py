@@ -116,14 +116,18 @@ def test_the_cache_can_be_turned_off(cache, monkeypatch):
     assert not cache.exists()
 
 
-def test_the_default_folder_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.delenv("FLEETCAST_CACHE_DIR")
+def test_the_default_folder_follows_xdg_and_relative_folders_are_ignored(monkeypatch, tmp_path):
+    monkeypatch.delenv("FLEETCAST_CACHE_DIR", raising=False)
     monkeypatch.delenv("FLEETCAST_COMPOSE_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_folder() == tmp_path / "fleetcast" / "compose"
-    monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache_folder() == tmp_path / "home" / ".cache" / "fleetcast" / "compose"
+    for relative in ("", "cache"):  # unset, or relative: the current folder's would move
+        monkeypatch.setenv("XDG_CACHE_HOME", relative)
+        monkeypatch.setenv("FLEETCAST_CACHE_DIR", relative)
+        assert cache_folder() == tmp_path / "home" / ".cache" / "fleetcast" / "compose"
+    monkeypatch.setenv("HOME", "home")  # no absolute folder anywhere: off
+    assert cache_folder() is None
 
 
 def test_a_changed_config_file_or_folder_is_composed_again(cache, tmp_path, monkeypatch):
@@ -143,6 +147,11 @@ def test_a_changed_config_file_or_folder_is_composed_again(cache, tmp_path, monk
     assert ComposeCache(TINY).read() is None
     assert composed_and_kept(TINY).config["scheduler"]["max_num_seqs"] == 7
 
+    # a new folder among the configs: a group to the override check, though it holds no YAML
+    (configs / "newgroup").mkdir()
+    assert ComposeCache(TINY).read() is None
+    composed_and_kept(TINY)
+
     # another working folder: hydra.runtime.cwd differs
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -152,7 +161,7 @@ def test_a_changed_config_file_or_folder_is_composed_again(cache, tmp_path, monk
 
     # the command line, in order
     assert ComposeCache(list(reversed(TINY))).read() is None
-    assert len(list(cache.glob("*.json"))) == 3
+    assert len(list(cache.glob("*.json"))) == 4
 
 
 def test_a_damaged_entry_is_composed_again(cache):
@@ -221,14 +230,63 @@ def test_the_least_recently_used_entries_are_removed(cache, monkeypatch):
     assert not list(cache.glob("*.tmp"))
 
 
-def test_edited_checking_code_is_a_new_key(cache, tmp_path, monkeypatch):
-    # a checkout whose override check changed: what the old code let through is checked again
+def test_edited_checking_code_or_plugins_are_a_new_key(cache, tmp_path, monkeypatch):
     composed_and_kept(TINY)
     assert ComposeCache(TINY).read() is not None
+    # a checkout whose override check changed: what the old code let through is checked again
     edited = tmp_path / "compose.py"
     edited.write_text(Path(sim.config.compose.__file__).read_text() + "\n# a new check\n")
-    monkeypatch.setattr(compose_cache, "_compose_source", lambda: str(edited))
+    sources = compose_cache._checking_sources()
+    with monkeypatch.context() as patched:
+        patched.setattr(compose_cache, "_checking_sources", lambda: [str(edited), *sources[1:]])
+        assert ComposeCache(TINY).read() is None
+    assert ComposeCache(TINY).read() is not None
+    # Fleetcast's sweeper plugin is a dataclass in the run's Hydra config: editing a plugin is
+    # a new key (by its files' sizes and times)
+    folders = compose_cache._plugin_folders()
+    assert any((Path(f) / "fleetcast_sweeper").is_dir() for f in folders)
+    plugins = tmp_path / "hydra_plugins"
+    (plugins / "mine").mkdir(parents=True)
+    sweeper = plugins / "mine" / "sweeper.py"
+    sweeper.write_text("FIELDS = 1\n")
+    monkeypatch.setattr(compose_cache, "_plugin_folders", lambda: [*folders, str(plugins)])
+    composed_and_kept(TINY)
+    assert ComposeCache(TINY).read() is not None
+    sweeper.write_text("FIELDS = 12\n")
     assert ComposeCache(TINY).read() is None
+
+
+def test_a_run_folder_hydra_resolves_is_used_and_not_kept(cache):
+    # a run folder naming more than the time: as Hydra resolves it, and composed every time
+    command = [*TINY, "hydra.run.dir=runs/${hydra.job.name}/${now:%Y}"]
+    composed = composed_and_kept(command)
+    assert composed.run_folder() == f"runs/cli/{datetime.now():%Y}"
+    assert ComposeCache(command).read() is None
+    # the default one is kept, and filled in when read back
+    default = composed_and_kept(TINY)
+    assert default.run_folder() == default.resolved_run_dir
+    kept = ComposeCache(TINY).read()
+    assert kept is not None and kept.resolved_run_dir is None
+    assert kept.run_folder().startswith(f"outputs/{datetime.now():%Y-%m-%d}/")
+
+
+def test_what_is_kept_is_the_config_as_composed(cache):
+    cache_entry = ComposeCache(TINY)
+    composed = cache_entry.compose()
+    composed.config["fleet"]["replicas"] = 99  # a run changing its copy
+    cache_entry.keep(composed)
+    kept = ComposeCache(TINY).read()
+    assert kept is not None and kept.config["fleet"]["replicas"] == 1
+
+
+def test_temporary_files_of_killed_runs_are_removed(cache):
+    composed_and_kept(TINY)
+    old, fresh = cache / "tmpold.tmp", cache / "tmpfresh.tmp"
+    for path in (old, fresh):
+        path.write_text("{")
+    os.utime(old, (1, 1))
+    composed_and_kept([*TINY, "seed=1"])  # a write trims the folder
+    assert not old.exists() and fresh.exists()  # a fresh one may be another run's, writing
 
 
 def test_a_refused_run_keeps_nothing(cache, tmp_path, monkeypatch, capsys):
