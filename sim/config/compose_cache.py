@@ -209,12 +209,13 @@ def _key(overrides: list[str]) -> str:
     """Everything the entry depends on:
 
     - the config files (their names and content, and the folders' names: a folder is a group);
-    - the command line, the working folder (``hydra.runtime.cwd``), the interpreter and
-      ``sys.path``;
+    - the command line, the working folder (``hydra.runtime.cwd``) and the interpreter (not
+      ``sys.path`` itself, which differs between ``fleetcast`` and ``python -m sim``: what it
+      finds, Hydra, OmegaConf and the plugins, is below);
     - the code that checks the overrides and composes (this module, ``sim.config.compose``,
       ``sim.resources``: their content, for an edited checkout);
-    - Hydra's plugins (``hydra_plugins``, Fleetcast's sweeper among them: its dataclass is
-      part of the run's Hydra config), by each file's size and modification time;
+    - Hydra's plugins (``hydra_plugins`` on ``sys.path``, Fleetcast's sweeper among them: its
+      dataclass is part of the run's Hydra config), by each file's size and modification time;
     - the installed packages: a pip install or uninstall changes the mtime of the folder Hydra
       and OmegaConf are installed in (its ``*.dist-info`` folders come and go), so upgrading
       Fleetcast, Hydra, OmegaConf or a launcher plugin there is a new key.
@@ -227,7 +228,6 @@ def _key(overrides: list[str]) -> str:
         os.getcwd(),
         sys.executable,
         sys.version,
-        sys.path,
         list(overrides),
     ]
     for package in ("hydra", "omegaconf"):

@@ -298,3 +298,10 @@ def test_a_refused_run_keeps_nothing(cache, tmp_path, monkeypatch, capsys):
         assert exited.value.code == 2
         assert capsys.readouterr().err.startswith("error: workload.qps=-1")
     assert not cache.exists() or not list(cache.glob("*.json"))
+
+
+def test_fleetcast_and_python_m_sim_share_an_entry(cache, tmp_path, monkeypatch):
+    # the two spellings of the command start with different sys.path[0]
+    key = compose_cache._key(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert compose_cache._key(TINY) == key
