@@ -20,6 +20,7 @@ that cannot be written is not written.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -79,12 +80,7 @@ class ComposedRun:
         self._texts, self._hydra_configs = texts, hydra_configs
         self.resolved_run_dir = resolved_run_dir
         # what the cache keeps: the run is given ``config`` and may change it
-        self._as_composed: str | None = None
-        if hydra_configs is not None:
-            try:
-                self._as_composed = json.dumps(config)
-            except (TypeError, ValueError):  # a value JSON cannot write: never kept
-                self._as_composed = ""
+        self._as_composed = copy.deepcopy(config) if hydra_configs is not None else config
 
     @property
     def from_cache(self) -> bool:
@@ -113,11 +109,8 @@ class ComposedRun:
         return _NOW.sub(lambda match: now.strftime(match.group(1)), self.run_dir)
 
     def to_json(self) -> dict[str, Any]:
-        if self._as_composed == "":
-            raise ValueError("a value JSON cannot write")
-        config = self.config if self._as_composed is None else json.loads(self._as_composed)
         return {
-            "config": config,
+            "config": self._as_composed,
             "choices": self.choices,
             "run_dir": self.run_dir,
             "texts": self.texts,
