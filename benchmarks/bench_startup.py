@@ -5,21 +5,25 @@
 
 Each try is a fresh ``python -m sim sim.progress=false output_dir=OUT`` process (the default
 configuration) with a probe that stamps the wall clock at each phase boundary and stops the
-process at the first simulated event. Two cases are timed, alternately:
+process at the first simulated event. Three cases are timed, alternately:
 
-  first run   a command never run before: an empty compose cache (``FLEETCAST_CACHE_DIR``), so
-              Hydra is imported and composes the config
-  repeated    the same command again, from the same folder: the composed config is read back
-              from the cache (``sim.config.compose_cache``), without Hydra
+  first run     a command never run before: an empty compose cache (``FLEETCAST_CACHE_DIR``),
+                so Hydra is imported and composes the config, in a child process beside the
+                run's imports where the machine has a second core (``sim.config.compose_ahead``)
+  in-process    the same, composed in the run's own process (``FLEETCAST_COMPOSE_AHEAD=0``):
+                what the child buys
+  repeated      the same command again, from the same folder: the composed config is read back
+                from the cache (``sim.config.compose_cache``), without Hydra
 
-For a tree without the cache both cases are the first. The phases:
+For a tree without the cache all three are its first run; for one without the child the first
+two are the same. The phases:
 
   interpreter   process start to the first line of Python (interpreter, site, venv)
-  imports       the modules a run needs (``sim.cli``, ``sim.run``, the cluster, and what they
-                import: numpy, pydantic, pyarrow, SimPy, OmegaConf)
-  compose       reading the command line, checking the overrides and output folder, and
-                composing the config (importing Hydra and composing the config groups, or
-                reading the cached result back), to where the run starts (``sim.run.simulate``)
+  start-up      importing the modules a run needs (``sim.run``, the cluster, and what they
+                import: numpy, pydantic, pyarrow, SimPy, OmegaConf), and, one after the other
+                or side by side, checking the overrides and output folder and composing the
+                config (importing Hydra and composing the config groups, or reading the cached
+                result back), to where the run starts (``sim.run.simulate``)
   build         validating the config, the deployment's memory plan, step-time model,
                 schedulers, router: what ``simulate`` does before the workload
   workload      drawing the arrivals and lengths (``build_workload``; the default workload
@@ -27,7 +31,9 @@ For a tree without the cache both cases are the first. The phases:
   cluster       building the cluster's replicas and SimPy processes, to the first event
 
 The probe does what the command does first: it pauses the garbage collector for the start-up
-(``sim.cli.STARTUP``, where the tree has it) before it imports anything.
+(``sim.cli.STARTUP``, where the tree has it) before it imports anything, and it imports
+nothing of the run's itself: ``sim.run`` and ``sim.fleet.cluster`` are hooked when the command
+imports them, so the command's order of importing and composing is kept.
 Python's bytecode caches are used as on any machine after a first start (a first, uncounted
 start per checkout writes them, even where ``PYTHONDONTWRITEBYTECODE`` is set). The phase times
 of the try with the smallest total are printed (the machine's noise only ever adds time).
@@ -48,7 +54,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PHASES = ("interpreter", "imports", "compose", "build", "workload", "cluster")
+PHASES = ("interpreter", "start-up", "build", "workload", "cluster")
 TARGET_S = 0.5  # issue 14: command to first simulated event
 
 # Runs in the child: stamps time.time() at each boundary, prints them as JSON on stderr's last
@@ -56,13 +62,7 @@ TARGET_S = 0.5  # issue 14: command to first simulated event
 PROBE = r"""
 import time
 marks = {"python": time.time()}
-import json, sys
-import sim.cli
-if hasattr(sim.cli, "STARTUP"):  # as sim.cli.main does first, where the tree does it
-    sim.cli.STARTUP.begin(freeze=True)
-import sim.run as run
-import sim.fleet.cluster as cluster
-marks["imported"] = time.time()
+import importlib.abc, importlib.machinery, json, sys
 
 def stamp(name, fn):
     def wrapped(*args, **kwargs):
@@ -83,30 +83,56 @@ def first_event(self):
     print(json.dumps(marks), file=sys.stderr)
     raise SystemExit(0)
 
-run.simulate = stamp("simulate", run.simulate)
-run.build_workload = built(run.build_workload)
-cluster.Cluster.run = first_event
+def hook_run(module):
+    module.simulate = stamp("simulate", module.simulate)
+    module.build_workload = built(module.build_workload)
+
+def hook_cluster(module):
+    module.Cluster.run = first_event
+
+HOOKS = {"sim.run": hook_run, "sim.fleet.cluster": hook_cluster}
+
+class Hooked(importlib.abc.MetaPathFinder):
+    # hooks a module when the command imports it, not before: importing it here would move
+    # the command's imports ahead of its composing
+    def find_spec(self, name, path, target=None):
+        if name not in HOOKS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+        def load_and_hook(module):
+            load(module)
+            HOOKS[name](module)
+        spec.loader.exec_module = load_and_hook
+        return spec
+
+sys.meta_path.insert(0, Hooked())
+import sim.cli
+if hasattr(sim.cli, "STARTUP"):  # as sim.cli.main does first, where the tree does it
+    sim.cli.STARTUP.begin(freeze=True)
 sys.argv = ["sim", *sys.argv[1:]]
 sim.cli.main()
 """
 
 
-CASES = ("first run", "repeated")
+CASES = ("first run", "in-process", "repeated")
 
 
-def environment(tree: Path, cache: Path) -> dict[str, str]:
-    """A process whose ``sim`` comes from ``tree``, its compose cache (on) in ``cache``."""
+def environment(tree: Path, cache: Path, ahead: bool = True) -> dict[str, str]:
+    """A process whose ``sim`` comes from ``tree``, its compose cache (on) in ``cache``,
+    composing in a child where it can (``ahead``) or in its own process."""
     env = dict(os.environ, PYTHONPATH=str(tree), FLEETCAST_CACHE_DIR=str(cache))
     env.pop("FLEETCAST_COMPOSE_CACHE", None)
+    env["FLEETCAST_COMPOSE_AHEAD"] = "1" if ahead else "0"
     # as Python runs by default: modules compiled once, then read from __pycache__
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
-def one_try(tree: Path, folder: Path, cache: Path) -> dict[str, float]:
+def one_try(tree: Path, folder: Path, cache: Path, ahead: bool = True) -> dict[str, float]:
     """Phase durations of one fresh process whose ``sim`` comes from ``tree``, run in
-    ``folder`` with its compose cache in ``cache``."""
-    env = environment(tree, cache)
+    ``folder`` with its compose cache in ``cache`` (``ahead``: as ``environment``)."""
+    env = environment(tree, cache, ahead)
     start = time.time()
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, "sim.progress=false", f"output_dir={folder / 'out'}"],
@@ -121,7 +147,6 @@ def one_try(tree: Path, folder: Path, cache: Path) -> dict[str, float]:
     edges = [
         start,
         marks["python"],
-        marks["imported"],
         marks["simulate"],
         marks["workload"],
         marks["workload built"],
@@ -168,6 +193,7 @@ def main() -> None:
                 fresh.mkdir()
                 tries = {
                     "first run": one_try(tree, fresh, fresh / "cache"),
+                    "in-process": one_try(tree, fresh, fresh / "cache-in", ahead=False),
                     "repeated": one_try(tree, kept[tree], kept[tree] / "cache"),
                 }
                 for case, phases in tries.items():

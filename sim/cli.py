@@ -52,6 +52,7 @@ from sim.resources import config_dir
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from sim.config.compose_ahead import ComposeAhead
     from sim.config.compose_cache import ComposeCache, ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
@@ -167,9 +168,11 @@ def _simulate_into(
     )
 
 
-def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
+def _single_run(
+    cache: ComposeCache, composed: ComposedRun | None, ahead: ComposeAhead | None
+) -> None:
     """One simulation, its config composed once (``composed``, where the same command was
-    composed before; else now, by Hydra).
+    composed before; else now, by Hydra, here or in the child ``ahead``).
 
     Hydra's own runner composes the config twice (once to learn the run mode) and sets up
     logging and a job runtime that a simulation does not use, a third of a second before the
@@ -185,7 +188,7 @@ def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
 
     if composed is None:
         try:
-            composed = cache.compose()
+            composed = ahead.compose() if ahead is not None else cache.compose()
         except ComposeFailed as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -323,12 +326,21 @@ def main(argv: list[str] | None = None) -> None:
         return
     STARTUP.begin(freeze=as_command)
     try:
-        _command(argv)
+        _command(argv, as_command)
     finally:
         STARTUP.release()
 
 
-def _command(argv: list[str]) -> None:
+def _import_the_run() -> None:
+    """Import the modules a simulation runs in (numpy, pydantic, pyarrow, SimPy come with
+    them), ahead of the run: while a child composes its config."""
+    import sim.output.run_files
+    import sim.output.summary_table
+    import sim.run  # noqa: F401  (the three bind one name, "sim")
+
+
+def _command(argv: list[str], as_command: bool = False) -> None:
+    """Run the command ``argv``; ``as_command``: it is this process's own command line."""
     from sim.config.compose import HYDRA_OVERRIDE, check_overrides
     from sim.config.compose_cache import ComposeCache
 
@@ -380,8 +392,18 @@ def _command(argv: list[str]) -> None:
     single = command == "run" and not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv)
     cache = ComposeCache(argv) if single else None
     composed = cache.read() if cache is not None else None
+    # The process's own single run, never composed before: a child composes (when the machine
+    # has a core for it) while this process imports what the run needs.
+    ahead = None
+    if as_command and cache is not None and composed is None:
+        from sim.config.compose_ahead import ComposeAhead
+
+        ahead = ComposeAhead.start(cache)
     try:
-        if composed is None:  # (a command found in the cache passed these checks before)
+        if ahead is not None:
+            _import_the_run()
+            ahead.check()
+        elif composed is None:  # (a command found in the cache passed these checks before)
             check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)
     except ConfigError as err:
@@ -390,7 +412,7 @@ def _command(argv: list[str]) -> None:
         _memory(argv)
         return
     if cache is not None:
-        _single_run(cache, composed)
+        _single_run(cache, composed, ahead)
         return
     STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
     run_hydra(argv + _hydra_dirs(argv))

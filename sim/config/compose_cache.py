@@ -29,15 +29,13 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from sim.resources import config_dir
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 # a new layout of the entries (or of what goes into the key) changes this
 FORMAT = 2
@@ -59,10 +57,10 @@ class ComposedRun:
     ``resolved_run_dir``, as Hydra resolved it, where composed now), and the texts of the run's
     ``.hydra/config.yaml`` and ``hydra.yaml``.
 
-    Read back from the cache it holds those texts; composed by Hydra it holds Hydra's configs
-    (``hydra_configs``, the job's and Hydra's own) and writes the texts when first asked, which
-    is after the run has started. ``to_json`` gives the config as composed, even where the run
-    has since changed its copy.
+    ``texts`` is the texts (read back from the cache), or what gives them when first asked
+    (composed by Hydra, here or in ``sim.config.compose_ahead``): writing them is left until
+    the run has started. ``to_json`` gives the config as composed, even where the run has since
+    changed its copy.
     """
 
     def __init__(
@@ -71,34 +69,21 @@ class ComposedRun:
         choices: dict[str, Any],
         run_dir: str,
         *,
-        texts: dict[str, str] | None = None,
-        hydra_configs: tuple[DictConfig, DictConfig] | None = None,
+        texts: dict[str, str] | Callable[[], dict[str, str]],
         resolved_run_dir: str | None = None,
+        from_cache: bool = False,
     ) -> None:
-        assert (texts is None) != (hydra_configs is None), "the texts, or what makes them"
         self.config, self.choices, self.run_dir = config, choices, run_dir
-        self._texts, self._hydra_configs = texts, hydra_configs
+        self._texts = texts
         self.resolved_run_dir = resolved_run_dir
+        self.from_cache = from_cache
         # what the cache keeps: the run is given ``config`` and may change it
-        self._as_composed = copy.deepcopy(config) if hydra_configs is not None else config
-
-    @property
-    def from_cache(self) -> bool:
-        return self._hydra_configs is None
+        self._as_composed = config if from_cache else copy.deepcopy(config)
 
     @cached_property
     def texts(self) -> dict[str, str]:
         """``.hydra/config.yaml`` and ``hydra.yaml`` as Hydra writes them (unresolved)."""
-        if self._texts is not None:
-            return self._texts
-        from omegaconf import OmegaConf
-
-        assert self._hydra_configs is not None
-        cfg, hydra_cfg = self._hydra_configs
-        return {
-            "config.yaml": OmegaConf.to_yaml(cfg),
-            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
-        }
+        return self._texts() if callable(self._texts) else self._texts
 
     def run_folder(self) -> str:
         """The run folder: as Hydra resolved it, or (read back) its ``${now:FORMAT}`` parts
@@ -133,7 +118,7 @@ class ComposedRun:
             and isinstance(run_dir, str)
         ):
             raise ValueError("not an entry of this layout")
-        return cls(config, choices, run_dir, texts=texts)
+        return cls(config, choices, run_dir, texts=texts, from_cache=True)
 
 
 class ComposeCache:
@@ -286,12 +271,15 @@ def _compose_with_hydra(overrides: list[str]) -> ComposedRun:
     config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
     choices = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.runtime.choices))
     run = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.run, resolve=False))
+
+    def texts() -> dict[str, str]:
+        return {
+            "config.yaml": OmegaConf.to_yaml(cfg),
+            "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+        }
+
     return ComposedRun(
-        config,
-        choices,
-        str(run["dir"]),
-        hydra_configs=(cfg, hydra_cfg),
-        resolved_run_dir=resolved_run_dir,
+        config, choices, str(run["dir"]), texts=texts, resolved_run_dir=resolved_run_dir
     )
 
 
