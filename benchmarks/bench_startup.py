@@ -62,7 +62,7 @@ TARGET_S = 0.5  # issue 14: command to first simulated event
 PROBE = r"""
 import time
 marks = {"python": time.time()}
-import importlib.abc, importlib.machinery, json, sys
+import importlib.machinery, json, sys
 
 def stamp(name, fn):
     def wrapped(*args, **kwargs):
@@ -92,7 +92,7 @@ def hook_cluster(module):
 
 HOOKS = {"sim.run": hook_run, "sim.fleet.cluster": hook_cluster}
 
-class Hooked(importlib.abc.MetaPathFinder):
+class Hooked:  # a meta path finder needs only find_spec
     # hooks a module when the command imports it, not before: importing it here would move
     # the command's imports ahead of its composing
     def find_spec(self, name, path, target=None):

@@ -40,6 +40,7 @@ Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import sys
 import tempfile
@@ -179,13 +180,25 @@ def _single_run(
     first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
     config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
     reads these run folders like any other. The same command run again reads its composed
-    config back from disk, without Hydra (``sim.config.compose_cache``). Runs that ask Hydra
-    for more (``hydra.*`` overrides, flags) go through Hydra's runner.
+    config back from disk, without Hydra (``sim.config.compose_cache``); a command not found
+    there is composed in a child, beside this process's imports, where it can be
+    (``sim.config.compose_ahead``). Runs that ask Hydra for more (``hydra.*`` overrides,
+    flags) go through Hydra's runner.
     """
-    from omegaconf import OmegaConf
-
+    from sim.config.compose import check_overrides
     from sim.config.compose_cache import ComposeFailed
 
+    pending: list[str] = []
+    try:
+        if ahead is not None:
+            pending = _import_until_checked(ahead)
+        elif composed is None:  # (a command found in the cache passed these checks before)
+            check_overrides(cache.overrides)
+        _check_output_dir(cache.overrides)
+    except ConfigError as err:
+        _fail(err)
+    while pending and _imported(pending.pop(0)):  # while the child composes
+        pass
     if composed is None:
         try:
             composed = ahead.compose() if ahead is not None else cache.compose()
@@ -197,6 +210,8 @@ def _single_run(
         _simulate_into(composed.config, output_dir, composed.choices)
     except ConfigError as err:
         _fail(err)
+    from omegaconf import OmegaConf
+
     record = output_dir / ".hydra"
     record.mkdir(exist_ok=True)
     for name, text in composed.texts.items():  # config.yaml, hydra.yaml
@@ -331,12 +346,40 @@ def main(argv: list[str] | None = None) -> None:
         STARTUP.release()
 
 
-def _import_the_run() -> None:
-    """Import the modules a simulation runs in (numpy, pydantic, pyarrow, SimPy come with
-    them), ahead of the run: while a child composes its config."""
-    import sim.output.run_files
-    import sim.output.summary_table
-    import sim.run  # noqa: F401  (the three bind one name, "sim")
+# What a simulation imports, in the order that brings the most with each (OmegaConf, numpy,
+# pyarrow, SimPy, pydantic's models, then the simulator itself)
+RUN_MODULES = (
+    "omegaconf",
+    "numpy",
+    "pyarrow",
+    "simpy",
+    "sim.config.schema",
+    "sim.run",
+    "sim.output.run_files",
+    "sim.output.summary_table",
+)
+
+
+def _import_until_checked(ahead: ComposeAhead) -> list[str]:
+    """Import what the run needs (``RUN_MODULES``) until the child ``ahead`` has answered the
+    override check, and raise its refusal (as soon as it comes, between two imports). The
+    modules left to import, while the child composes."""
+    pending = list(RUN_MODULES)
+    while pending and not ahead.answered():
+        if not _imported(pending.pop(0)):
+            pending = []
+    ahead.check()
+    return pending
+
+
+def _imported(module: str) -> bool:
+    """Import ``module`` ahead of need; False where it cannot be (a broken install is
+    reported where the run imports it, after the checks of its input)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _command(argv: list[str], as_command: bool = False) -> None:
@@ -390,29 +433,29 @@ def _command(argv: list[str], as_command: bool = False) -> None:
         sys.exit(compare_main(argv))
     # one run that Hydra's runner is not asked for (no flags, no hydra.* overrides)
     single = command == "run" and not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv)
-    cache = ComposeCache(argv) if single else None
-    composed = cache.read() if cache is not None else None
-    # The process's own single run, never composed before: a child composes (when the machine
-    # has a core for it) while this process imports what the run needs.
-    ahead = None
-    if as_command and cache is not None and composed is None:
-        from sim.config.compose_ahead import ComposeAhead
+    if single:
+        cache = ComposeCache(argv)
+        composed = cache.read()
+        ahead = None
+        if as_command and composed is None:
+            # The process's own run, never composed before: a child composes (where a second
+            # core may run it) while this process imports what the run needs.
+            from sim.config.compose_ahead import ComposeAhead
 
-        ahead = ComposeAhead.start(cache)
+            ahead = ComposeAhead.start(cache)
+        try:
+            _single_run(cache, composed, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()
+        return
     try:
-        if ahead is not None:
-            _import_the_run()
-            ahead.check()
-        elif composed is None:  # (a command found in the cache passed these checks before)
-            check_overrides([a for a in argv if not a.startswith("-")])
+        check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)
     except ConfigError as err:
         _fail(err)
     if command == "memory":
         _memory(argv)
-        return
-    if cache is not None:
-        _single_run(cache, composed, ahead)
         return
     STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
     run_hydra(argv + _hydra_dirs(argv))

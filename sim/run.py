@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
-
 from sim import rng
 from sim.catalog.placement import build_placement
 from sim.config.autoscale import BASE_ENGINE, check_autoscale
@@ -57,6 +55,7 @@ from sim.workload.source import build_workload
 STEPS_SPILL = "steps.spill"  # the step rows waiting to be written replica by replica
 
 if TYPE_CHECKING:  # tqdm is imported only when a progress bar is shown
+    from omegaconf import DictConfig
     from tqdm import tqdm
 
 

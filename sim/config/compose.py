@@ -8,13 +8,15 @@ unknown group option or key in one line, before Hydra would in several.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import Any, cast
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any, cast
 
 from sim.errors import ConfigError
 from sim.resources import config_dir, config_file
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # overrides of Hydra's own config (its launcher, sweeper, folders, logging)
 HYDRA_OVERRIDE = ("hydra.", "hydra/", "+hydra", "~hydra")
@@ -22,9 +24,12 @@ HYDRA_OVERRIDE = ("hydra.", "hydra/", "+hydra", "~hydra")
 
 def to_dict(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A plain, resolved dict of a config (or a copy of a mapping)."""
-    if isinstance(cfg, DictConfig):
+    # A DictConfig exists only once OmegaConf is imported; a run given a plain dict (read back
+    # from the compose cache, or composed in a child) does not import it for this.
+    omegaconf = sys.modules.get("omegaconf")
+    if omegaconf is not None and isinstance(cfg, omegaconf.DictConfig):
         # to_container is typed for any container; a DictConfig gives a dict
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+        return cast(dict[str, Any], omegaconf.OmegaConf.to_container(cfg, resolve=True))
     return dict(cfg)
 
 
@@ -48,6 +53,8 @@ def load_option(group: str, name: object, field: str) -> dict[str, Any]:
     options = group_options(group)
     if name not in options:
         raise ConfigError(field, name, f"unknown {group}; choose one of {', '.join(options)}")
+    from omegaconf import DictConfig, OmegaConf
+
     # OmegaConf.load is typed for a list too; the option files are mappings
     return to_dict(cast(DictConfig, OmegaConf.load(config_dir() / group / f"{name}.yaml")))
 

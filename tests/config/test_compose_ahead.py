@@ -2,7 +2,7 @@
 
 Whether the child composes or the run's own process does, a command must give the same files,
 the same summary and the same refusals in the same order; a child that fails in any way must
-leave the run to compose in-process, as without it.
+leave the run to compose in-process, as without it; and no child is left behind.
 """
 
 from __future__ import annotations
@@ -18,21 +18,53 @@ import pytest
 from sim.config.compose_ahead import _worth_forking
 from tests.config.test_compose_cache import TINY, run_files
 
-CAN_FORK = sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) >= 2
-needs_a_second_core = pytest.mark.skipif(not CAN_FORK, reason="the child needs Linux, two cores")
+pytestmark = pytest.mark.skipif(
+    not (sys.platform.startswith("linux") and hasattr(os, "fork")), reason="forks on Linux only"
+)
 
-# The command as its own process (sim.cli.main() reads sys.argv: the only caller that forks),
-# with a line saying whether the run's process imported Hydra. PATCH may break the child.
+# The command as its own process (sim.cli.main() reads sys.argv: the only caller that forks).
+# Whether a second core is free does not change what the child does, so the probe lets it
+# fork on any machine. It prints a banner first (buffered: stdout is a pipe here), and at the
+# end whether the run's process had imported Hydra before the simulation and at all, and
+# whether any child of it is left. PATCH may break the child.
 PROBE = """
-import sys
+import os, sys
 import sim.cli
 import sim.config.compose_ahead as ahead
+if os.environ["FLEETCAST_COMPOSE_AHEAD"] == "1":
+    ahead._worth_forking = lambda: True
+seen = {{}}
+simulate_into = sim.cli._simulate_into
+def _simulate_into(*args):
+    seen["hydra before the run"] = "hydra" in sys.modules
+    return simulate_into(*args)
+sim.cli._simulate_into = _simulate_into
 {patch}
+print("banner")
 sys.argv = ["sim", *sys.argv[1:]]
 try:
     sim.cli.main()
 finally:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+        left = "some"
+    except ChildProcessError:
+        left = "none"
+    print("hydra before the run:", seen.get("hydra before the run"))
     print("hydra imported:", "hydra" in sys.modules)
+    print("children left:", left)
+"""
+
+# The child's n-th message (1: the check's answer, 2: Hydra's, 3: the texts) is not sent.
+FAIL_AT = """
+send = ahead._send
+count = []
+def failing(pipe, message):
+    count.append(message)
+    if len(count) == {n}:
+        {failure}
+    send(pipe, message)
+ahead._send = failing
 """
 
 
@@ -44,42 +76,58 @@ def command(folder: Path, args: list[str], *, ahead: bool, patch: str = "") -> t
         FLEETCAST_CACHE_DIR=str(folder / f"cache-{ahead}-{len(list(folder.iterdir()))}"),
         FLEETCAST_COMPOSE_AHEAD="1" if ahead else "0",
     )
+    env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered, as into a pipe or a file
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(patch=patch), *args],
         cwd=folder,
         env=env,
         capture_output=True,
         text=True,
+        timeout=120,
     )
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def run_both(tmp_path: Path, patch: str = "") -> tuple[list[str], dict[str, bytes]]:
+def report(out: str) -> dict[str, str]:
+    """The probe's last three lines, and how often the banner was printed."""
+    lines = out.splitlines()
+    found = dict(line.split(": ", 1) for line in lines[-3:])
+    return {**found, "banners": str(lines.count("banner"))}
+
+
+def run_both(tmp_path: Path, patch: str = "") -> dict[str, str]:
     """The tiny run composed in a child (with ``patch`` applied) and in-process, into the same
-    folder: the child's stdout lines, and its files (asserted equal to the in-process run's)."""
+    folder: asserts the same stdout and files, and gives the child's probe report."""
     outputs = {}
     for ahead in (True, False):
         status, out, err = command(tmp_path, [*TINY, "output_dir=out"], ahead=ahead, patch=patch)
         assert status == 0, err
-        outputs[ahead] = out.splitlines(), run_files(tmp_path / "out")
+        outputs[ahead] = out.splitlines()[:-3], run_files(tmp_path / "out"), report(out)
         (tmp_path / "out").rename(tmp_path / f"out-{ahead}")
-    (lines, files), (lines_in_process, files_in_process) = outputs[True], outputs[False]
-    assert lines[:-1] == lines_in_process[:-1]  # the summary, word for word
+    (lines, files, probed), (lines_in_process, files_in_process, in_process) = (
+        outputs[True],
+        outputs[False],
+    )
+    assert lines == lines_in_process  # the banner and the summary, word for word
     assert files == files_in_process
-    assert lines_in_process[-1] == "hydra imported: True"
-    return lines, files
-
-
-@needs_a_second_core
-def test_the_child_composes_the_same_run_and_the_run_never_imports_hydra(tmp_path):
-    lines, files = run_both(tmp_path)
-    assert lines[-1] == "hydra imported: False"  # Hydra ran in the child only
     assert {".hydra/config.yaml", ".hydra/hydra.yaml", "summary.json", "config.yaml"} <= set(files)
+    assert in_process == {
+        "hydra before the run": "True",
+        "hydra imported": "True",
+        "children left": "none",
+        "banners": "1",
+    }
+    assert probed["children left"] == "none" and probed["banners"] == "1"
+    return probed
+
+
+def test_the_child_composes_the_same_run_and_the_run_never_imports_hydra(tmp_path):
+    probed = run_both(tmp_path)
+    assert probed["hydra imported"] == "False"  # Hydra ran in the child only
     # and it is kept for the next run, as a composed config is
     assert len(list(tmp_path.glob("cache-True-*/compose/*.json"))) == 1
 
 
-@needs_a_second_core
 @pytest.mark.parametrize(
     "args",
     [
@@ -96,42 +144,56 @@ def test_refusals_are_the_same_and_in_the_same_order(tmp_path, args):
         tmp_path, [*TINY, *args], ahead=False
     )
     assert (status, err) == (status_in_process, err_in_process)
-    assert out.splitlines()[:-1] == out_in_process.splitlines()[:-1] == []
     assert status == 2 and err.startswith("error: ") and len(err.splitlines()) == 1
     assert not (tmp_path / "out" / "summary.json").exists()
+    # the child's answers were used (the run's process never imported Hydra), and it is reaped
+    assert report(out) == {
+        "hydra before the run": "False" if "replicas=0" in args[0] else "None",
+        "hydra imported": "False",
+        "children left": "none",
+        "banners": "1",
+    }
+    assert report(out_in_process)["hydra imported"] == "True"
 
 
-@needs_a_second_core
-def test_a_child_that_fails_leaves_the_run_to_compose_in_process(tmp_path):
-    # the child cannot send its outcome: the run checks and composes itself
-    lines, _ = run_both(
-        tmp_path, patch="ahead.pickle.dumps = lambda *a: (_ for _ in ()).throw(OSError())"
+@pytest.mark.parametrize(
+    ("unsent", "hydra_before_the_run"),
+    [
+        (1, "True"),  # no answer at all: the run checks and composes itself
+        (2, "True"),  # the check's answer only: the run composes itself
+        (3, "False"),  # no texts of .hydra/: Hydra writes them here, after the run
+    ],
+)
+def test_a_child_that_ends_early_leaves_the_rest_to_the_run(tmp_path, unsent, hydra_before_the_run):
+    probed = run_both(tmp_path, FAIL_AT.format(n=unsent, failure="raise OSError('ended')"))
+    assert probed["hydra before the run"] == hydra_before_the_run
+    assert probed["hydra imported"] == "True"
+
+
+def test_a_silent_child_is_killed_and_the_run_composes_itself(tmp_path):
+    patch = "ahead.ANSWER_TIMEOUT_S = 1.0\n" + FAIL_AT.format(
+        n=2, failure="__import__('time').sleep(60)"
     )
-    assert lines[-1] == "hydra imported: True"
+    probed = run_both(tmp_path, patch)
+    assert probed["hydra before the run"] == "True"
 
 
-@needs_a_second_core
-def test_a_child_that_ends_before_its_texts_leaves_them_to_hydra_here(tmp_path):
-    # the outcome arrives, the texts of .hydra/ do not: Hydra writes them in the run's process
-    patch = (
-        "sent = []\n"
-        "dumps = ahead.pickle.dumps\n"
-        "def once(obj):\n"
-        "    if sent:\n"
-        "        raise OSError('killed')\n"
-        "    sent.append(obj)\n"
-        "    return dumps(obj)\n"
-        "ahead.pickle.dumps = once\n"
-    )
-    lines, _ = run_both(tmp_path, patch=patch)
-    assert lines[-1] == "hydra imported: True"
+def test_a_caller_that_ignores_sigchld_still_gets_its_run(tmp_path):
+    # the system reaps the child itself; waiting for it must not fail the run
+    probed = run_both(tmp_path, "import signal; signal.signal(signal.SIGCHLD, signal.SIG_IGN)")
+    assert probed["hydra imported"] == "False"
 
 
 def test_no_child_where_it_is_turned_off_or_threads_run(monkeypatch):
+    probe = "from sim.config.compose_ahead import _worth_forking; print(_worth_forking())"
+    env = dict(os.environ, FLEETCAST_COMPOSE_AHEAD="1")
+    fresh = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert fresh.stdout.strip() == str(len(os.sched_getaffinity(0)) >= 2)
     monkeypatch.setenv("FLEETCAST_COMPOSE_AHEAD", "0")
     assert not _worth_forking()
     monkeypatch.setenv("FLEETCAST_COMPOSE_AHEAD", "1")
-    assert _worth_forking() == (CAN_FORK and threading.active_count() == 1)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
