@@ -202,11 +202,13 @@ def _single_run(
     if composed is None:
         try:
             composed = ahead.compose() if ahead is not None else cache.compose()
-        except ComposeFailed as err:
+        except (ComposeFailed, ConfigError) as err:  # Hydra's refusal, an interpolation's
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
     output_dir = Path(composed.config.get("output_dir") or composed.run_folder())
     try:
+        if "${" in (_given_output_dir(cache.overrides) or ""):
+            _check_folder(str(output_dir))  # resolved only now
         _simulate_into(composed.config, output_dir, composed.choices)
     except ConfigError as err:
         _fail(err)
@@ -222,19 +224,31 @@ def _single_run(
 
 def _check_output_dir(argv: list[str]) -> None:
     """``output_dir=PATH`` must be a folder this process can write (checked before anything is
-    simulated, so a long run does not end in a traceback)."""
+    simulated, so a long run does not end in a traceback). A path with an interpolation
+    (``${oc.env:RUNS}/x``) is checked once composing has resolved it (``_check_folder``)."""
+    given = _given_output_dir(argv)
+    if given is not None and "${" not in given:
+        _check_folder(given)
+
+
+def _given_output_dir(argv: list[str]) -> str | None:
+    """The ``output_dir=`` of the command line, None where it gives none (or null)."""
     given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
-    if not given or given[-1] in ("", "null"):
-        return
-    path = Path(os.path.expanduser(given[-1]))
-    require(not path.exists() or path.is_dir(), "output_dir", given[-1], "is a file, not a folder")
+    return given[-1] if given and given[-1] not in ("", "null") else None
+
+
+def _check_folder(given: str) -> None:
+    """Refuse ``output_dir=given`` unless it is, or can be made, a folder this process can
+    write."""
+    path = Path(os.path.expanduser(given))
+    require(not path.exists() or path.is_dir(), "output_dir", given, "is a file, not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as err:
         raise ConfigError(
-            "output_dir", given[-1], f"cannot be written ({err.strerror or err})"
+            "output_dir", given, f"cannot be written ({err.strerror or err})"
         ) from None
 
 
@@ -245,15 +259,16 @@ def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
     from sim.output.run_files import ERROR_FILE
     from sim.sweeps.resume import job_status
 
-    if job_status(job_dir, to_dict(cfg)) == "complete":
-        # one write per line: parallel jobs share stdout, and print() writes the text and the
-        # newline separately, so two jobs' lines could interleave
-        sys.stdout.write(f"{job_dir}: complete, skipped\n")
-        sys.stdout.flush()
-        return
-    (job_dir / ERROR_FILE).unlink(missing_ok=True)
     try:
-        _simulate_into(cfg, job_dir, choices)
+        config = to_dict(cfg)  # (a value that cannot be resolved is this job's bad input)
+        if job_status(job_dir, config) == "complete":
+            # one write per line: parallel jobs share stdout, and print() writes the text and
+            # the newline separately, so two jobs' lines could interleave
+            sys.stdout.write(f"{job_dir}: complete, skipped\n")
+            sys.stdout.flush()
+            return
+        (job_dir / ERROR_FILE).unlink(missing_ok=True)
+        _simulate_into(config, job_dir, choices)
     except ConfigError as err:
         (job_dir / ERROR_FILE).write_text(f"error: {err}\n")
         print(f"error: {err}", file=sys.stderr)
@@ -373,11 +388,12 @@ def _import_until_checked(ahead: ComposeAhead) -> list[str]:
 
 
 def _imported(module: str) -> bool:
-    """Import ``module`` ahead of need; False where it cannot be (a broken install is
-    reported where the run imports it, after the checks of its input)."""
+    """Import ``module`` ahead of need; False where it cannot be (a broken install, an edited
+    checkout that does not import: reported where the run imports it, after the checks of
+    its input)."""
     try:
         importlib.import_module(module)
-    except ImportError:
+    except Exception:
         return False
     return True
 

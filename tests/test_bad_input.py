@@ -25,7 +25,13 @@ AZURE_CONV = "shipped:traces/azure_llm_2023_conv.parquet"
 PERIOD = "{{start_hour:{},end_hour:{},prompt_tokens:9}}"  # a daily workload's period
 
 # (id, overrides, what the error line starts with after "error: ")
+UNSET = "${oc.env:FLEETCAST_UNSET_FOR_TESTS}"  # an environment variable no one sets
+
 CONFIG_VALUES: list[tuple[str, list[str], str]] = [
+    # interpolations that cannot be resolved: the key and the value as written
+    ("unset environment variable", [f"fleet.replicas={UNSET}"], f"fleet.replicas='{UNSET}'"),
+    ("interpolation of no key", ["seed=${no.such.key}"], "seed='${no.such.key}'"),
+    ("unknown resolver", ["fleet.replicas=${nope:1}"], "fleet.replicas='${nope:1}'"),
     # types first: text, fractions and non-booleans where a number, an integer or a bool belongs
     ("watermark text", ["kv.watermark=abc"], "kv.watermark='abc'"),
     # an autoscaled fleet (sim.fleet.autoscaler)
@@ -415,6 +421,17 @@ def test_output_dir_that_is_a_file_or_cannot_be_written(tmp_path, capsys):
         assert says in stderr
 
 
+def test_an_interpolated_output_dir_is_checked_once_resolved(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, stderr = _run([f"output_dir={UNSET}/run"], capsys)
+    _assert_refused(code, stderr, f"output_dir='{UNSET}/run': cannot be resolved", tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no folder named after the interpolation
+    (tmp_path / "taken").write_text("")
+    monkeypatch.setenv("FLEETCAST_TEST_RUNS", str(tmp_path))
+    code, stderr = _run(["output_dir=${oc.env:FLEETCAST_TEST_RUNS}/taken"], capsys)
+    _assert_refused(code, stderr, f"output_dir='{tmp_path}/taken': is a file", tmp_path)
+
+
 def test_the_table_is_as_large_as_promised():
     assert len(CONFIG_VALUES) + len(TRACES) + 2 >= 60
 
@@ -427,8 +444,9 @@ def test_the_table_is_as_large_as_promised():
         ["+fleet.bogus=1"],
         ["step_time.c0=abc"],
         ["workload.periods=[{start_hour:9,end_hour:3,output_tokens:9}]", "workload=daily"],
+        [f"fleet.replicas={UNSET}"],
     ],
-    ids=["type", "grammar", "plus key", "other group's key", "a day's period"],
+    ids=["type", "grammar", "plus key", "other group's key", "a day's period", "interpolation"],
 )
 def test_bad_input_as_a_real_command(overrides, tmp_path):
     out = tmp_path / "run"

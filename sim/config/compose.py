@@ -28,9 +28,25 @@ def to_dict(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
     # from the compose cache, or composed in a child) does not import it for this.
     omegaconf = sys.modules.get("omegaconf")
     if omegaconf is not None and isinstance(cfg, omegaconf.DictConfig):
-        # to_container is typed for any container; a DictConfig gives a dict
-        return cast(dict[str, Any], omegaconf.OmegaConf.to_container(cfg, resolve=True))
+        try:
+            # to_container is typed for any container; a DictConfig gives a dict
+            return cast(dict[str, Any], omegaconf.OmegaConf.to_container(cfg, resolve=True))
+        except omegaconf.errors.OmegaConfBaseException as err:  # ${oc.env:UNSET}, ${no.key}
+            raise _unresolvable(cfg, err) from None
     return dict(cfg)
+
+
+def _unresolvable(cfg: DictConfig, err: Exception) -> ConfigError:
+    """The one-line error of a value OmegaConf could not resolve, naming its key and the value
+    as written (the interpolation)."""
+    from omegaconf import OmegaConf
+
+    key = str(getattr(err, "full_key", "") or "config")
+    written = _select(OmegaConf.to_container(cfg, resolve=False), key)
+    reason = (str(err).splitlines() or ["cannot be resolved"])[0]
+    return ConfigError(
+        key, None if written is _MISSING else written, f"cannot be resolved: {reason}"
+    )
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:

@@ -96,8 +96,9 @@ class ComposeAhead:
             raise answer[1]
 
     def compose(self) -> ComposedRun:
-        """The config composed by Hydra, or its refusal (``ComposeFailed``), as
-        ``ComposeCache.compose`` gives them (composed here where the child could not)."""
+        """The config composed by Hydra, or its refusal (``ComposeFailed``, with the message of
+        the ``ComposeFailed`` or ``ConfigError`` that ``ComposeCache.compose`` raised there;
+        composed here where the child could not)."""
         answer = self._answer(1, _COMPOSED, _COMPOSE_REFUSED)
         if answer is None:
             return self.cache.compose()
@@ -114,15 +115,20 @@ class ComposeAhead:
         if self._closed:
             return
         self._closed = True
+        self._broken = True  # what it has not answered is done here from now on
         os.close(self.pipe)
+        if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+            # The system reaps it, and its pid may already be another process's: no signal.
+            # Still composing, it ends when it writes to the closed pipe.
+            return
         if len(self._answers) < 3:
             try:
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:  # already reaped by the system (SIGCHLD ignored)
+            except ProcessLookupError:
                 pass
         try:
             os.waitpid(self.pid, 0)
-        except ChildProcessError:  # a caller that ignores SIGCHLD: the system reaped it
+        except ChildProcessError:  # reaped by a SIGCHLD handler of the caller's
             pass
 
     def _texts(self) -> dict[str, str]:
@@ -223,7 +229,7 @@ def _compose_in_child(pipe: int, cache: ComposeCache) -> None:
             _send(pipe, (_CHECKED, None))
             try:
                 composed = cache.compose()
-            except ComposeFailed as err:
+            except (ComposeFailed, ConfigError) as err:  # Hydra's refusal, an interpolation's
                 _send(pipe, (_COMPOSE_REFUSED, str(err)))
             else:
                 _send(

@@ -156,7 +156,9 @@ class ComposeCache:
         return cached
 
     def compose(self) -> ComposedRun:
-        """The config composed by Hydra (``keep`` keeps it for the next run of the command)."""
+        """The config composed by Hydra (``keep`` keeps it for the next run of the command);
+        ``ComposeFailed`` where Hydra refuses it, ``ConfigError`` where a value cannot be
+        resolved."""
         return _compose_with_hydra(self.overrides)
 
     def keep(self, composed: ComposedRun) -> None:
@@ -256,6 +258,8 @@ def _compose_with_hydra(overrides: list[str]) -> ComposedRun:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf, open_dict
 
+    from sim.config.compose import to_dict
+
     try:
         with initialize_config_dir(
             config_dir=str(config_dir()), version_base="1.3", job_name=JOB_NAME
@@ -267,8 +271,7 @@ def _compose_with_hydra(overrides: list[str]) -> ComposedRun:
     resolved_run_dir = str(hydra_cfg.run.dir)  # while the hydra node can resolve its keys
     with open_dict(cfg):
         del cfg["hydra"]
-    # to_container of a DictConfig is a dict
-    config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    config = to_dict(cfg)  # (a value that cannot be resolved: a ConfigError naming it)
     choices = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.runtime.choices))
     run = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.run, resolve=False))
 

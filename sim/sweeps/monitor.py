@@ -23,12 +23,12 @@ import threading
 import time
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from sim.output.run_files import ERROR_FILE, SUMMARY_FILE
 
@@ -148,7 +148,7 @@ class SweepMonitor(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        total = count_jobs(list(config.hydra.overrides.task))
+        total = count_jobs(_overrides_as_written(config))
         # Jobs already complete (a resumed sweep) are not counted as work still to do.
         before = _count(sweep_dir, SUMMARY_FILE)
         self._stop = threading.Event()
@@ -168,7 +168,7 @@ class SweepMonitor(Callback):
                 sweep_dir,
                 self.min_slo_attainment,
                 self.table_rows,
-                swept_keys(list(config.hydra.overrides.task)),
+                swept_keys(_overrides_as_written(config)),
             ),
             flush=True,
         )
@@ -200,3 +200,10 @@ class SweepMonitor(Callback):
                 if sys.stderr.isatty():
                     print(file=sys.stderr)
                 return
+
+
+def _overrides_as_written(config: DictConfig) -> list[str]:
+    """The sweep's overrides as written: an override's ``${...}`` is for its jobs to resolve
+    (or refuse, each in its own error.txt), not for the monitor."""
+    task = cast(list[Any], OmegaConf.to_container(config.hydra.overrides.task))
+    return [str(override) for override in task]

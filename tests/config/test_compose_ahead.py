@@ -11,10 +11,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+import sim.cli
 from sim.config.compose_ahead import _worth_forking
 from tests.config.test_compose_cache import TINY, run_files
 
@@ -39,6 +41,11 @@ def _simulate_into(*args):
     seen["hydra before the run"] = "hydra" in sys.modules
     return simulate_into(*args)
 sim.cli._simulate_into = _simulate_into
+fail = sim.cli._fail
+def _fail(err):
+    seen["refused with sim.run imported"] = "sim.run" in sys.modules
+    fail(err)
+sim.cli._fail = _fail
 {patch}
 print("banner")
 sys.argv = ["sim", *sys.argv[1:]]
@@ -50,6 +57,7 @@ finally:
         left = "some"
     except ChildProcessError:
         left = "none"
+    print("refused with sim.run imported:", seen.get("refused with sim.run imported"))
     print("hydra before the run:", seen.get("hydra before the run"))
     print("hydra imported:", "hydra" in sys.modules)
     print("children left:", left)
@@ -69,14 +77,16 @@ ahead._send = failing
 
 
 def command(folder: Path, args: list[str], *, ahead: bool, patch: str = "") -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of the command ``args`` run in ``folder`` with an empty
-    compose cache of its own, composing in a child (``ahead``) or in its own process."""
+    """Exit status, stdout (with the seconds it took, on a last line) and stderr of the command
+    ``args`` run in ``folder`` with an empty compose cache of its own, composing in a child
+    (``ahead``) or in its own process."""
     env = dict(
         os.environ,
         FLEETCAST_CACHE_DIR=str(folder / f"cache-{ahead}-{len(list(folder.iterdir()))}"),
         FLEETCAST_COMPOSE_AHEAD="1" if ahead else "0",
     )
     env.pop("PYTHONUNBUFFERED", None)  # stdout block-buffered, as into a pipe or a file
+    start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-c", PROBE.format(patch=patch), *args],
         cwd=folder,
@@ -85,14 +95,23 @@ def command(folder: Path, args: list[str], *, ahead: bool, patch: str = "") -> t
         text=True,
         timeout=120,
     )
-    return proc.returncode, proc.stdout, proc.stderr
+    took = f"seconds: {time.monotonic() - start:.1f}\n"
+    return proc.returncode, proc.stdout + took, proc.stderr
+
+
+REPORT_LINES = 5  # the probe's four lines and the seconds
 
 
 def report(out: str) -> dict[str, str]:
-    """The probe's last three lines, and how often the banner was printed."""
+    """The probe's last lines and the seconds the command took, and how often the banner
+    was printed."""
     lines = out.splitlines()
-    found = dict(line.split(": ", 1) for line in lines[-3:])
+    found = dict(line.split(": ", 1) for line in lines[-REPORT_LINES:])
     return {**found, "banners": str(lines.count("banner"))}
+
+
+def without_time(found: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in found.items() if key != "seconds"}
 
 
 def run_both(tmp_path: Path, patch: str = "") -> dict[str, str]:
@@ -102,7 +121,7 @@ def run_both(tmp_path: Path, patch: str = "") -> dict[str, str]:
     for ahead in (True, False):
         status, out, err = command(tmp_path, [*TINY, "output_dir=out"], ahead=ahead, patch=patch)
         assert status == 0, err
-        outputs[ahead] = out.splitlines()[:-3], run_files(tmp_path / "out"), report(out)
+        outputs[ahead] = out.splitlines()[:-REPORT_LINES], run_files(tmp_path / "out"), report(out)
         (tmp_path / "out").rename(tmp_path / f"out-{ahead}")
     (lines, files, probed), (lines_in_process, files_in_process, in_process) = (
         outputs[True],
@@ -111,7 +130,8 @@ def run_both(tmp_path: Path, patch: str = "") -> dict[str, str]:
     assert lines == lines_in_process  # the banner and the summary, word for word
     assert files == files_in_process
     assert {".hydra/config.yaml", ".hydra/hydra.yaml", "summary.json", "config.yaml"} <= set(files)
-    assert in_process == {
+    assert without_time(in_process) == {
+        "refused with sim.run imported": "None",
         "hydra before the run": "True",
         "hydra imported": "True",
         "children left": "none",
@@ -147,7 +167,9 @@ def test_refusals_are_the_same_and_in_the_same_order(tmp_path, args):
     assert status == 2 and err.startswith("error: ") and len(err.splitlines()) == 1
     assert not (tmp_path / "out" / "summary.json").exists()
     # the child's answers were used (the run's process never imported Hydra), and it is reaped
-    assert report(out) == {
+    found = report(out)
+    del found["refused with sim.run imported"]  # (how far the imports got: the machine's pace)
+    assert without_time(found) == {
         "hydra before the run": "False" if "replicas=0" in args[0] else "None",
         "hydra imported": "False",
         "children left": "none",
@@ -176,6 +198,24 @@ def test_a_silent_child_is_killed_and_the_run_composes_itself(tmp_path):
     )
     probed = run_both(tmp_path, patch)
     assert probed["hydra before the run"] == "True"
+    assert float(probed["seconds"]) < 30  # killed after a second, not waited for
+
+
+def test_the_check_refusal_comes_between_two_imports(tmp_path):
+    # each import ahead of the run made slow: the refusal must not wait for all of them
+    slow = (
+        "import time\n"
+        "imported = sim.cli._imported\n"
+        "def slowly(module):\n"
+        "    time.sleep(1.0)\n"
+        "    return imported(module)\n"
+        "sim.cli._imported = slowly\n"
+    )
+    status, out, err = command(tmp_path, [*TINY, "fleet=no_such_option"], ahead=True, patch=slow)
+    assert status == 2 and err.startswith("error: fleet='no_such_option'")
+    found = report(out)
+    assert found["refused with sim.run imported"] == "False"  # sim.run is 6th of the 8
+    assert float(found["seconds"]) < 1.0 * len(sim.cli.RUN_MODULES)
 
 
 def test_a_caller_that_ignores_sigchld_still_gets_its_run(tmp_path):

@@ -62,6 +62,26 @@ def test_a_failed_job_is_recorded_and_the_others_still_run(tmp_path):
     assert "1 failed" in proc.stdout
 
 
+def test_a_job_whose_value_cannot_be_resolved_fails_alone(tmp_path):
+    out = tmp_path / "s"
+    unset = "${oc.env:FLEETCAST_UNSET_FOR_TESTS}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sim", "-m", f"seed=0,{unset}", *TINY, f"output_dir={out}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert (out / "0" / "summary.json").exists()
+    assert (
+        (out / "1" / "error.txt")
+        .read_text()
+        .startswith(f"error: seed='{unset}': cannot be resolved: ")
+    )
+    assert "Traceback" not in proc.stderr and "1 failed" in proc.stdout
+
+
 def test_job_count_and_swept_keys_follow_hydra_sweep_syntax():
     overrides = ["a=1,2,3", "b=x,y", "c=range(0,4)", "d=5", "hydra/launcher=joblib"]
     assert count_jobs(overrides) == 24
