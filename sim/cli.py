@@ -285,14 +285,32 @@ def _hydra_dirs(argv: list[str]) -> list[str]:
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     if any(a.startswith(key + "=") for a in argv):
         return []
-    # Absolute: a launcher may run the jobs in another directory (Ray workers start in the
-    # Ray node's directory, not the caller's), and Hydra resolves the job folders there.
-    given = [a.partition("=")[2] for a in argv if a.startswith("output_dir=")]
-    if given and given[-1] not in ("", "null"):
-        return [f"{key}={os.path.abspath(os.path.expanduser(given[-1]))}"]
+    given = _given_output_dir(argv)
+    if given is not None:
+        return [f"{key}={_absolute_folder(given)}"]
     if multirun:  # Hydra's default sweep folder, made absolute
         return [f"{key}={os.path.abspath('multirun')}/${{now:%Y-%m-%d}}/${{now:%H-%M-%S}}"]
     return []
+
+
+def _absolute_folder(given: str) -> str:
+    """``output_dir=given`` as an absolute path: a launcher may run the jobs in another
+    directory (Ray workers start in the Ray node's directory, not the caller's), and Hydra
+    resolves the job folders there. Its interpolations are resolved first where they need no
+    config (``${oc.env:SCRATCH}/sweep``, which may be absolute itself); one that refers to the
+    config (``runs/${seed}``) is left for Hydra to resolve, against the caller's directory."""
+    if "${" in given:
+        from omegaconf import OmegaConf
+        from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
+
+        try:
+            given = str(OmegaConf.create({"output_dir": given}).output_dir)
+        except InterpolationKeyError:  # a key of the config: Hydra's to resolve
+            return given
+        except OmegaConfBaseException as err:
+            reason = (str(err).splitlines() or [""])[0]
+            raise ConfigError("output_dir", given, f"cannot be resolved: {reason}") from None
+    return os.path.abspath(os.path.expanduser(given))
 
 
 def _memory(overrides: list[str]) -> None:
@@ -468,13 +486,14 @@ def _command(argv: list[str], as_command: bool = False) -> None:
     try:
         check_overrides([a for a in argv if not a.startswith("-")])
         _check_output_dir(argv)
+        folders = _hydra_dirs(argv) if command != "memory" else []
     except ConfigError as err:
         _fail(err)
     if command == "memory":
         _memory(argv)
         return
     STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
-    run_hydra(argv + _hydra_dirs(argv))
+    run_hydra(argv + folders)
 
 
 def run_hydra(argv: list[str]) -> None:

@@ -4,12 +4,15 @@ Each case is a real subprocess (about a second each), so the cases are few.
 """
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 import yaml
 
+from sim.cli import _absolute_folder
+from sim.errors import ConfigError
 from tests.support import fleetcast
 
 FILES = ["requests.parquet", "steps.parquet", "summary.json", "config.yaml"]
@@ -119,6 +122,40 @@ def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
     summaries = [json.loads((out / str(job) / "summary.json").read_text()) for job in (0, 1)]
     assert [s["num_gpus"] for s in summaries] == [1, 2]
     assert not (out / "summary.json").exists()
+
+
+def test_a_sweep_folder_from_an_environment_variable_is_where_it_says(tmp_path):
+    elsewhere, sweeps = tmp_path / "cwd", tmp_path / "sweeps"
+    elsewhere.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "-m",
+            "fleet.replicas=1,2",
+            "output_dir=${oc.env:FLEETCAST_TEST_SWEEPS}/s",
+            "workload.duration_s=10",
+        ],
+        cwd=elsewhere,
+        env={**os.environ, "FLEETCAST_TEST_SWEEPS": str(sweeps)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert all((sweeps / "s" / str(job) / "summary.json").is_file() for job in (0, 1))
+    assert list(elsewhere.iterdir()) == []  # not under the caller's folder
+
+
+def test_output_dir_interpolations_are_resolved_where_they_need_no_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETCAST_TEST_SWEEPS", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert _absolute_folder("${oc.env:FLEETCAST_TEST_SWEEPS}/s") == f"{tmp_path}/s"
+    assert _absolute_folder("s") == f"{tmp_path}/s"
+    assert _absolute_folder("runs/${seed}") == "runs/${seed}"  # the config's: Hydra resolves it
+    with pytest.raises(ConfigError, match=r"^output_dir='\$\{oc.env:FLEETCAST_UNSET_FOR_TESTS\}'"):
+        _absolute_folder("${oc.env:FLEETCAST_UNSET_FOR_TESTS}")
 
 
 @pytest.mark.parametrize("missing", ["scipy", "pandas"])
