@@ -24,6 +24,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "rng": set(),
     "arrow_numpy": set(),
     "resources": {"errors"},
+    # before a run's first event: the collector paused, the run's modules imported (by name)
+    # while the child of config.compose_ahead composes
+    "startup": {"config.compose_ahead"},
     "config": BASICS,
     "catalog": BASICS | {"config"},
     "workload": BASICS | {"config"},

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import sim.cli
+import sim.startup
 from sim.config.compose_ahead import _worth_forking
 from tests.config.test_compose_cache import TINY, run_files
 
@@ -205,17 +205,18 @@ def test_the_check_refusal_comes_between_two_imports(tmp_path):
     # each import ahead of the run made slow: the refusal must not wait for all of them
     slow = (
         "import time\n"
-        "imported = sim.cli._imported\n"
+        "import sim.startup\n"
+        "imported = sim.startup.imported\n"
         "def slowly(module):\n"
         "    time.sleep(1.0)\n"
         "    return imported(module)\n"
-        "sim.cli._imported = slowly\n"
+        "sim.startup.imported = slowly\n"
     )
     status, out, err = command(tmp_path, [*TINY, "fleet=no_such_option"], ahead=True, patch=slow)
     assert status == 2 and err.startswith("error: fleet='no_such_option'")
     found = report(out)
     assert found["refused with sim.run imported"] == "False"  # sim.run is 6th of the 8
-    assert float(found["seconds"]) < 1.0 * len(sim.cli.RUN_MODULES)
+    assert float(found["seconds"]) < 1.0 * len(sim.startup.RUN_MODULES)
 
 
 def test_a_caller_that_ignores_sigchld_still_gets_its_run(tmp_path):
