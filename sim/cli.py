@@ -257,13 +257,15 @@ def _absolute_folder(given: str) -> str:
         from omegaconf import OmegaConf
         from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
+        from sim.config.compose import unresolvable_error
+
+        alone = OmegaConf.create({"output_dir": given})
         try:
-            given = str(OmegaConf.create({"output_dir": given}).output_dir)
+            given = str(alone.output_dir)
         except InterpolationKeyError:  # a key of the config: Hydra's to resolve
             return given
         except OmegaConfBaseException as err:
-            reason = (str(err).splitlines() or [""])[0]
-            raise ConfigError("output_dir", given, f"cannot be resolved: {reason}") from None
+            raise unresolvable_error(alone, err) from None
     return os.path.abspath(os.path.expanduser(given))
 
 

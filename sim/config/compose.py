@@ -32,11 +32,11 @@ def to_dict(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             # to_container is typed for any container; a DictConfig gives a dict
             return cast(dict[str, Any], omegaconf.OmegaConf.to_container(cfg, resolve=True))
         except omegaconf.errors.OmegaConfBaseException as err:  # ${oc.env:UNSET}, ${no.key}
-            raise _unresolvable(cfg, err) from None
+            raise unresolvable_error(cfg, err) from None
     return dict(cfg)
 
 
-def _unresolvable(cfg: DictConfig, err: Exception) -> ConfigError:
+def unresolvable_error(cfg: DictConfig, err: Exception) -> ConfigError:
     """The one-line error of a value OmegaConf could not resolve, naming its key and the value
     as written (the interpolation)."""
     from omegaconf import OmegaConf

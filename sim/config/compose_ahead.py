@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, cast
 
-from sim.config.compose_cache import ComposeCache, ComposedRun, ComposeFailed
+from sim.config.compose_cache import ComposeCache, ComposedRun, ComposeFailed, turned_off
 from sim.errors import ConfigError
 
 # far beyond what composing takes on a loaded machine (a second or two): a child silent this
@@ -191,7 +191,7 @@ def _worth_forking() -> bool:
     native library that minds it has started; macOS advises against fork without exec), one
     thread in the process (a fork copies only the calling thread, and the locks others
     hold), and at least two cores it may run on (its affinity; a CPU quota is not read)."""
-    if os.environ.get("FLEETCAST_COMPOSE_AHEAD", "1").strip().lower() in ("0", "false", "no"):
+    if turned_off("FLEETCAST_COMPOSE_AHEAD"):
         return False
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
         return False

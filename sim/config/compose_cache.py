@@ -172,7 +172,7 @@ class ComposeCache:
 
 def cache_folder() -> Path | None:
     """Where composed configs are kept, or None when the cache is turned off."""
-    if os.environ.get("FLEETCAST_COMPOSE_CACHE", "1").strip().lower() in ("0", "false", "no"):
+    if turned_off("FLEETCAST_COMPOSE_CACHE"):
         return None
     root = os.environ.get("FLEETCAST_CACHE_DIR", "")
     if not os.path.isabs(root):  # a relative folder would follow the current one
@@ -183,6 +183,12 @@ def cache_folder() -> Path | None:
     if not os.path.isabs(root):  # no home folder either
         return None
     return Path(root) / "compose"
+
+
+def turned_off(variable: str) -> bool:
+    """Whether the environment variable ``variable`` turns a start-up shortcut off (``0``,
+    ``false`` or ``no``; on when unset)."""
+    return os.environ.get(variable, "1").strip().lower() in ("0", "false", "no")
 
 
 def _key(overrides: list[str]) -> str:
