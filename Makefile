@@ -3,6 +3,9 @@
 # make lint      ruff (lint and format) and mypy on sim/, in the same .venv
 # make test-deep the property tests with twenty times the examples (nightly; ~5 minutes)
 # make test-ray  the suite again in .venv-ray, with the Ray extra (Ray launcher test included)
+# make compiled  the compiled build (FLEETCAST_COMPILE=1: the loop's modules compiled with
+#                mypyc) in a copy of the tree, build/compiled (a C compiler is needed)
+# make test-compiled  the suite against it
 # make bench     print the benchmark figures: speed, scale, start-up, sweep throughput, fidelity
 #                (calibrated, and the roofline alone on the 177 runs and the harness samples)
 
@@ -19,7 +22,7 @@ PY_RAY := $(VENV_RAY)/bin/python
 # is a multi-GB CUDA build). Without it those tests are skipped and say why.
 TORCH_CPU := 'torch==2.13.0+cpu' --extra-index-url https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-deep lint test-ray bench clean
+.PHONY: demo test test-deep lint test-ray compiled test-compiled bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +65,20 @@ $(VENV_RAY)/.installed: pyproject.toml setup.py
 
 test-ray: $(VENV_RAY)/.installed
 	RAY_USAGE_STATS_ENABLED=0 $(PY_RAY) -m pytest -q -n 2 tests
+
+# A copy of the working tree (what git tracks or would track), with an index of its own so that
+# the tests that copy "the checkout" find its files; the extensions are built beside the
+# sources, and the suite imports them from there (PYTHONPATH: ahead of the editable install).
+COMPILED := $(CURDIR)/build/compiled
+compiled: $(VENV)/.installed-test
+	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
+	git ls-files --cached --others --exclude-standard -z \
+		| (cd $(COMPILED) && tar --null -C $(CURDIR) -T - --ignore-failed-read -cf - | tar -xf -)
+	cd $(COMPILED) && git init --quiet && git add --all
+	cd $(COMPILED) && FLEETCAST_COMPILE=1 $(CURDIR)/$(PY) setup.py --quiet build_ext --inplace
+
+test-compiled: compiled
+	cd $(COMPILED) && FLEETCAST_COMPILE=1 PYTHONPATH=$(COMPILED) $(CURDIR)/$(PY) -m pytest -q -n 2 tests
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_speed.py

@@ -2,6 +2,12 @@
 
     python benchmarks/bench_speed.py            # all six scenarios, best of 3
     python benchmarks/bench_speed.py a --repeat 5
+    python benchmarks/bench_speed.py a --tree build/compiled   # the loop here and there
+
+The figures are those of the build that ``sim`` is imported from: the interpreted tree, or the
+compiled build (``FLEETCAST_COMPILE=1``; ``make compiled`` builds it in build/compiled, and
+``cd build/compiled && PYTHONPATH=$PWD python benchmarks/bench_speed.py`` measures it); the
+first line says which.
 
 Scenarios (issue 2):
   (a) Llama-2-7B on one A100-80G, vLLM, 20,000 requests of 512 prompt / 128 output tokens,
@@ -20,16 +26,23 @@ scheduler steps and SimPy events per second of the loop. Each figure is the best
 ``--repeat`` runs (the machine's noise only ever adds time), and the last line compares the
 per-request loop cost of (b) with (a), and the loop speed of (e) with (d), each pair measured in
 the same invocation.
+
+``--tree PATH`` compares the loop alone with another checkout's (an older commit's worktree, or
+build/compiled): each tree's loop runs in fresh processes (``PYTHONPATH=PATH``), alternately,
+best of two runs per process and of ``--repeat`` processes per tree, then the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+import sim.fleet.replica
 from sim import run as run_module
 from sim.config.compose import compose_config
 from sim.fleet.cluster import Cluster
@@ -78,17 +91,83 @@ SCENARIOS["e"] = [*SCENARIOS["d"], "kv.prefix_caching=true"]
 SCENARIOS["f"] = [*SCENARIOS["c"], "placement=disaggregated", "placement.prefill.replicas=1"]
 
 
-class TimedCluster(Cluster):
-    """Records the wall time and SimPy event count of ``run`` alone."""
+class TimedCluster:
+    """The run's ``Cluster``, with the wall time and SimPy event count of ``run`` alone
+    recorded. A wrapper rather than a subclass: the compiled build's ``Cluster`` is a native
+    class, whose methods cannot be replaced."""
 
     last: TimedCluster | None = None
 
+    def __init__(self, *args, **kwargs):
+        self._cluster = Cluster(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._cluster, name)
+
     def run(self):
         t0 = time.perf_counter()
-        super().run()
+        self._cluster.run()
         self.loop_s = time.perf_counter() - t0
-        self.num_events = next(self.env._eid)
+        self.num_events = next(self._cluster.env._eid)
         TimedCluster.last = self
+
+
+def build_of(module) -> str:
+    """``compiled`` when ``module`` is a C extension (the compiled build), else ``interpreted``."""
+    return "compiled" if module.__file__.endswith((".so", ".pyd")) else "interpreted"
+
+
+def loop_here(overrides: list[str], runs: int = 2) -> tuple[float, str]:
+    """The best loop of ``runs`` runs of ``overrides`` with this process's ``sim``, in
+    seconds, and which build that is."""
+    cfg = compose_config(overrides)
+    run_module.Cluster = TimedCluster
+    best = float("inf")
+    for _ in range(runs):
+        run_module.simulate(cfg)
+        best = min(best, TimedCluster.last.loop_s)
+    return best, build_of(sim.fleet.replica)
+
+
+# this file's loop_here, in a process whose ``sim`` is another checkout's (PYTHONPATH): what it
+# imports from sim, every checkout since the scenarios were written has
+LOOP_PROBE = "import sys; sys.path.insert(0, sys.argv[1]); import bench_speed; " + (
+    "print(*bench_speed.loop_here(sys.argv[2:]))"
+)
+
+
+def loop_elsewhere(tree: Path, overrides: list[str]) -> tuple[float, str]:
+    """The best of two loops of ``overrides`` in a process running checkout ``tree``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", LOOP_PROBE, str(Path(__file__).resolve().parent), *overrides],
+        cwd=tree,
+        env=dict(os.environ, PYTHONPATH=str(tree)),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"the loop probe failed in {tree}:\n{proc.stderr[-3000:]}")
+    seconds, build = proc.stdout.split()
+    return float(seconds), build
+
+
+def compare(name: str, overrides: list[str], tree: Path, repeat: int) -> None:
+    """Print the loop of one scenario here and in ``tree``, alternately, each in a fresh
+    process, and the ratio (the noise of a shared machine falls on both)."""
+    overrides = overrides + ["sim.progress=false"]
+    here = Path(__file__).resolve().parent.parent
+    best = {here: float("inf"), tree: float("inf")}
+    builds = {}
+    for _ in range(repeat):
+        for where in (here, tree):
+            seconds, builds[where] = loop_elsewhere(where, overrides)
+            best[where] = min(best[where], seconds)
+    print(
+        f"({name}) loop, best of {2 * repeat} in {repeat} processes each: "
+        f"this tree ({builds[here]}) {best[here]:.3f} s, {tree} ({builds[tree]}) "
+        f"{best[tree]:.3f} s: {best[tree] / best[here]:.2f}x"
+    )
+    sys.stdout.flush()
 
 
 def bench(name: str, overrides: list[str], repeat: int) -> float:
@@ -137,11 +216,24 @@ if __name__ == "__main__":
         "scenarios", nargs="*", metavar="{a,b,c,d,e,f}", help="which scenarios (default: all)"
     )
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        help="another checkout (or build/compiled): compare the loops only, alternately",
+    )
     args = parser.parse_args()
     for key in args.scenarios:
         if key not in SCENARIOS:
             parser.error(f"unknown scenario {key!r}; choose from {', '.join(SCENARIOS)}")
     args.scenarios = args.scenarios or sorted(SCENARIOS)
+    if args.tree is not None:
+        if not (args.tree / "sim" / "run.py").is_file():
+            parser.error(f"--tree {args.tree}: no sim/run.py there")
+        for key in args.scenarios:
+            compare(key, SCENARIOS[key], args.tree.resolve(), args.repeat)
+        raise SystemExit(0)
+    source = Path(sim.fleet.replica.__file__).parent.parent
+    print(f"build: {build_of(sim.fleet.replica)} (sim from {source})")
     per_request = {key: bench(key, SCENARIOS[key], args.repeat) for key in args.scenarios}
     if "a" in per_request and "b" in per_request:
         print(f"(b)/(a) loop cost per request: {per_request['b'] / per_request['a']:.2f}")

@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import _pytest._code.code
 import pytest
 from hypothesis import settings
 
@@ -19,6 +21,24 @@ settings.register_profile("ci", max_examples=100, deadline=None)
 settings.register_profile("deep", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+
+def _tolerate_compiled_frames() -> None:
+    """A failure raised inside a module compiled with mypyc (``make test-compiled``) has frames
+    without a line number, on which pytest's report crashes (INTERNALERROR, the failure itself
+    unshown): such a frame's line reads as 0 instead."""
+    entry = _pytest._code.code.TracebackEntry
+    plain = entry.lineno.fget
+
+    def lineno(self: Any) -> int:
+        try:
+            return plain(self)
+        except TypeError:  # tb_lineno is None
+            return 0
+
+    entry.lineno = property(lineno)  # type: ignore[method-assign,assignment]
+
+
+_tolerate_compiled_frames()
 
 _CACHE_FOLDER = pytest.StashKey[tuple[str, "str | None"]]()
 

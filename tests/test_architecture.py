@@ -16,13 +16,14 @@ import pytest
 from tests.support import REPO_ROOT
 
 SIM = REPO_ROOT / "sim"
-BASICS = {"errors", "rng", "resources", "arrow_numpy"}
+BASICS = {"errors", "rng", "resources", "arrow_numpy", "signature"}
 # What each part of sim/ may import from sim/ (besides itself). Top-level modules are parts of
 # their own; ``run`` (the composition root) and ``cli`` (the command) may import anything.
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "rng": set(),
     "arrow_numpy": set(),
+    "signature": set(),  # a class's constructor, compiled or not (sim.config.build, the roofline)
     "resources": {"errors"},
     # before a run's first event: the collector paused, the run's modules imported (by name)
     # while the child of config.compose_ahead composes

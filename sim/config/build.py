@@ -23,6 +23,7 @@ from pydantic import BaseModel, create_model
 from sim.config.legacy import canonical_target
 from sim.config.validation import Int, StrictModel, validate
 from sim.errors import ConfigError, require
+from sim.signature import constructor
 
 
 def target_class(node: Mapping[str, Any], group: str) -> Any:
@@ -45,12 +46,12 @@ def build(node: Mapping[str, Any], group: str, **context: Any) -> Any:
     """Instantiate ``node['_target_']`` with the node's other keys plus ``context``.
 
     ``context`` holds what the run provides (the KV cache, the deployment, an RNG stream);
-    classes take the parts they need and ignore the rest through ``**_``.
+    each class is given the parts its constructor names.
     """
     cls = target_class(node, group)
     class_name = cls.__name__
     node = {k: v for k, v in node.items() if k != "_target_"}
-    params = inspect.signature(cls).parameters
+    params = constructor(cls)[0].parameters
     known = [
         n
         for n, p in params.items()
@@ -73,8 +74,8 @@ def build(node: Mapping[str, Any], group: str, **context: Any) -> Any:
 @cache
 def _options_schema(cls: type[Any], options: tuple[str, ...]) -> type[BaseModel]:
     """A schema of ``cls``'s options from its constructor's annotations and defaults."""
-    hints = typing.get_type_hints(cls.__init__)
-    params = inspect.signature(cls).parameters
+    signature, hints = constructor(cls)
+    params = signature.parameters
     fields: dict[str, Any] = {}
     for name in options:
         default = params[name].default

@@ -30,7 +30,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HostTier:
     """Host-memory blocks per group (module docstring). Groups are the prefix cache's spans;
     ``forget(group)`` is called when eviction shortens one's host range (the cache then forgets

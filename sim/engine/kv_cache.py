@@ -39,12 +39,15 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.engine.request import Request
 from sim.engine.step_time.base import VECTOR_MIN_STEPS
 from sim.errors import require
 
 
+# copyable in the compiled build too (see sim.engine.scheduler.base.Scheduler)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class KVCache:
     """Block accounting for one replica."""
 

@@ -71,6 +71,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.engine.host_tier import HostTier
 from sim.engine.kv_cache import KVCache
@@ -87,6 +88,7 @@ COUNTERS = (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class _Span:
     """Consecutive groups of one chain in the cache: their ``keys`` in chain order, ``starts``
     (each one's first block in the span), ``last`` the last one's start; every group but the
@@ -106,6 +108,7 @@ class _Span:
         self.pieces: list[list[int]] = []
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefixCachingKVCache(KVCache):
     """``KVCache`` with a prefix cache (module docstring). Blocks are counted, not named."""
 

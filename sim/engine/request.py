@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 WAITING = "waiting"
 RUNNING = "running"
 COMPLETED = "completed"
@@ -38,7 +40,9 @@ UNFINISHED = "unfinished"
 TRANSFERRING = "transferring"  # prefilled, its KV on the way to a decode replica (disaggregation)
 
 
-@dataclass(slots=True, eq=False)
+# copyable in the compiled build too (see sim.engine.scheduler.base.Scheduler)
+@mypyc_attr(allow_interpreted_subclasses=True)
+@dataclass(slots=True, eq=False, init=False)
 class Request:
     """One inference request. Identity is the object (``eq=False``) so requests hash fast."""
 
@@ -46,50 +50,87 @@ class Request:
     arrival_time_s: float
     prompt_tokens: int
     output_tokens: int
-    replica_id: int | None = None
+    replica_id: int | None
     """The replica the router sent the request to (None until routed)."""
-    model_id: int = 0
+    model_id: int
     """Which of the fleet's models the request asks for (see ``sim.catalog.placement``)."""
-    status: str = WAITING
-    num_generated: int = 0
+    status: str
+    num_generated: int
     """Output tokens sampled so far (the first one comes from the step that ends the prefill)."""
-    num_computed_tokens: int = 0
+    num_computed_tokens: int
     """Tokens whose KV is in the replica's cache."""
-    kv_slots: int = 0
+    kv_slots: int
     """Tokens the KV blocks this request holds can take (blocks x block size). The KV cache
     owns the blocks and keeps this mirror of their count, so that the hottest check of a
     scheduler ("room for one more token?") is an attribute read, not a call."""
-    first_scheduled_time_s: float | None = None
+    first_scheduled_time_s: float | None
     """When the request first got tokens in a step (the end of its queueing delay)."""
-    first_token_time_s: float | None = None
+    first_token_time_s: float | None
     """When the client received the first output token (stamped once, by the replica or its
     frontend; None if it never did before the horizon)."""
-    completion_time_s: float | None = None
+    completion_time_s: float | None
     """When the client received the last output token (stamped like ``first_token_time_s``)."""
-    num_preemptions: int = 0
-    reject_reason: str | None = None
+    num_preemptions: int
+    reject_reason: str | None
     """Why the engine refused the request (``sim.engine.scheduler.base.REFUSALS``), if it did."""
-    prefix_groups: list[tuple[int, int]] | None = None
+    prefix_groups: list[tuple[int, int]] | None
     """The prompt's full KV blocks as (key, count) groups of consecutive blocks, a key naming
     the group's content and everything before it (what a prefix cache knows blocks by,
     ``sim.engine.prefix_cache``; ``sim.workload.prefixes``); None: content unknown."""
-    cached_prompt_tokens: int = 0
+    cached_prompt_tokens: int
     """Prompt tokens found in the prefix cache when the request was first admitted."""
-    host_cached_prompt_tokens: int = 0
+    host_cached_prompt_tokens: int
     """Those of them copied back from host memory (``kv.cpu_offload_gib``)."""
-    session_id: int | None = None
+    session_id: int | None
     """The conversation the request is a turn of (``sim.workload.sessions``); None: none."""
-    turn: int = 0
+    turn: int
     """Which turn of its session it is, from 0."""
-    last_turn: bool = True
+    last_turn: bool
     """Whether no turn of its session follows it."""
-    prefill_replica_id: int | None = None
+    prefill_replica_id: int | None
     """With a disaggregated fleet (``sim.fleet.disaggregation``), the replica that prefilled the
     request; ``replica_id`` is then its decode replica once one is chosen."""
-    transfer_start_s: float | None = None
+    transfer_start_s: float | None
     """When its KV began to move to the decode replica (room there, and the link, free)."""
-    transfer_end_s: float | None = None
+    transfer_end_s: float | None
     """When the KV had arrived (None: not within the run)."""
+
+    def __init__(
+        self,
+        request_id: int,
+        arrival_time_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        replica_id: int | None = None,
+        model_id: int = 0,
+    ) -> None:
+        # Written out rather than generated: a dataclass's __init__ is never compiled (the
+        # compiled build, setup.py), and a request is made per arrival. Every other field
+        # starts here.
+        self.request_id = request_id
+        self.arrival_time_s = arrival_time_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.replica_id = replica_id
+        self.model_id = model_id
+        self.status = WAITING
+        self.num_generated = 0
+        self.num_computed_tokens = 0
+        self.kv_slots = 0
+        self.first_scheduled_time_s = None
+        self.first_token_time_s = None
+        self.completion_time_s = None
+        self.num_preemptions = 0
+        self.reject_reason = None
+        self.prefix_groups = None
+        self.cached_prompt_tokens = 0
+        self.host_cached_prompt_tokens = 0
+        self.session_id = None
+        self.turn = 0
+        self.last_turn = True
+        self.prefill_replica_id = None
+        self.transfer_start_s = None
+        self.transfer_end_s = None
 
     @property
     def num_tokens(self) -> int:

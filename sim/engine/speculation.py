@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.engine.request import COMPLETED, Request
 from sim.engine.step_shape import StepShape
@@ -77,6 +78,7 @@ def tokens_per_step_pmf(probabilities: Sequence[float]) -> list[float]:
     return pmf
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DraftAcceptance:
     """One engine's acceptance draws, and what they gave: ``sequence_steps`` decode steps of a
     sequence, ``drawn_tokens`` the tokens their draws allowed (1 + drafts kept) and

@@ -31,7 +31,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, though nothing changes a shape once made: a frozen dataclass's __init__ sets each
+# field through object.__setattr__, and the one written here is compiled with the loop in the
+# compiled build (a dataclass's generated methods never are), for a shape made every step.
+@dataclass(slots=True, init=False)
 class StepShape:
     """How much work one engine step does (token counts; see the module docstring)."""
 
@@ -42,6 +45,20 @@ class StepShape:
     # cached KV tokens copied from host memory before the step (a prefix cache's second tier,
     # ``kv.cpu_offload_gib``); not computed, so in none of the counts above
     host_loaded_tokens: int = 0
+
+    def __init__(
+        self,
+        num_prefill_tokens: int,
+        num_decode_seqs: int,
+        prefill_attn: int,
+        decode_context: int,
+        host_loaded_tokens: int = 0,
+    ) -> None:
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_decode_seqs = num_decode_seqs
+        self.prefill_attn = prefill_attn
+        self.decode_context = decode_context
+        self.host_loaded_tokens = host_loaded_tokens
 
     @property
     def num_tokens(self) -> int:

@@ -226,7 +226,7 @@ class Cluster:
             session = int(np.searchsorted(sessions.first_row, row, side="right")) - 1
             request.session_id = session
             request.turn = row - int(sessions.first_row[session])
-            request.last_turn = row + 1 == sessions.first_row[session + 1]
+            request.last_turn = bool(row + 1 == sessions.first_row[session + 1])
         groups = self._prefix_groups.get(model_id)
         if groups is not None:
             request.prefix_groups = groups.of(row)

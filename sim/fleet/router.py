@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class Router(Protocol):
 class RoundRobinRouter:
     """Replicas in turn, whatever their load."""
 
-    def __init__(self, **_: Any) -> None:
+    def __init__(self) -> None:
         # One turn counter per model: the candidates are the replicas serving the request's
         # model (sim.catalog.placement), and each model's replicas take their own turns.
         self._next: dict[int, int] = {}
@@ -53,7 +53,7 @@ class RoundRobinRouter:
 class RandomRouter:
     """A uniformly random replica (stream ``router``)."""
 
-    def __init__(self, rng: np.random.Generator, **_: Any) -> None:
+    def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
@@ -73,7 +73,7 @@ def _least_loaded(replicas: Sequence[RoutedReplica], load: str) -> int:
 class LeastOutstandingRouter:
     """The replica with the fewest requests in flight (queued or running)."""
 
-    def __init__(self, **_: Any) -> None:
+    def __init__(self) -> None:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
@@ -83,7 +83,7 @@ class LeastOutstandingRouter:
 class LeastTokensRouter:
     """The replica with the fewest tokens committed (prompt + output of requests in flight)."""
 
-    def __init__(self, **_: Any) -> None:
+    def __init__(self) -> None:
         pass
 
     def choose(self, request: Request, replicas: Sequence[RoutedReplica]) -> int:
@@ -97,7 +97,7 @@ class SessionRouter:
     A request of no session is routed as least-outstanding. The pin is forgotten at the
     session's last turn, so memory follows the sessions in progress."""
 
-    def __init__(self, **_: Any) -> None:
+    def __init__(self) -> None:
         # (model, session) -> replica id: an id, not a position, since an autoscaled fleet's
         # candidates change (a drained replica's sessions move, as a load balancer's would)
         self._pinned: dict[tuple[int, int], int] = {}
@@ -137,7 +137,7 @@ class PrefixAffinityRouter:
 
     needs_prefix_cache = True
 
-    def __init__(self, prefix_weight: float = 3.0, load_weight: float = 2.0, **_: Any) -> None:
+    def __init__(self, prefix_weight: float = 3.0, load_weight: float = 2.0) -> None:
         for name, weight in (("prefix_weight", prefix_weight), ("load_weight", load_weight)):
             require(
                 isinstance(weight, (int, float))

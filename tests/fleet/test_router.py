@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sim import rng
+from sim.config.build import build
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.fleet.router import (
@@ -298,8 +299,11 @@ def test_prefix_affinity_without_a_prefix_is_least_outstanding():
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), "x", True])
 def test_prefix_affinity_weights_are_checked(bad):
+    # as a config builds it (types are checked before the class sees them: in the compiled
+    # build a str or bool never reaches its constructor's own checks)
+    node = {"_target_": "sim.fleet.router.PrefixAffinityRouter", "prefix_weight": bad}
     with pytest.raises(ConfigError, match="^router.prefix_weight="):
-        PrefixAffinityRouter(prefix_weight=bad)
+        build(node, "router")
 
 
 def test_prefix_affinity_needs_the_prefix_cache():

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, TRANSFERRING, WAITING, Request
@@ -46,6 +47,10 @@ PREFILL_BUDGET = "prefill_budget"  # an unchunked prefill beyond the step's toke
 REFUSALS = (CONTEXT_LENGTH, KV_CAPACITY, PREFILL_BUDGET)
 
 
+# In the compiled build (setup.py), users' own schedulers may subclass this one or a built-in
+# one, and copy.deepcopy works on them (the property tests copy a scheduler mid-run): mypyc
+# allows both only for classes marked so, each of them (the KV caches, requests and plans too).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler:
     """Base class. ``max_num_seqs`` caps running requests, ``max_num_batched_tokens`` the
     tokens computed in one step."""

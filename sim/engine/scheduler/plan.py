@@ -15,25 +15,41 @@ as ``num_prefill_tokens``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from mypy_extensions import mypyc_attr
 
 from sim.engine.request import Request
 from sim.engine.step_shape import StepShape
 
 
-@dataclass(slots=True)
+# __init__ written out: a dataclass's generated one is never compiled (the compiled build), and
+# a plan is made every step; copyable there too (see sim.engine.scheduler.base.Scheduler)
+@mypyc_attr(allow_interpreted_subclasses=True)
+@dataclass(slots=True, init=False)
 class StepPlan:
-    prefills: list[tuple[Request, int]] = field(default_factory=list)
-    decodes: list[Request] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    num_prefill_tokens: int = 0
-    num_decode_seqs: int = 0
-    prefill_attn: int = 0
-    decode_context: int = 0
-    host_loaded_tokens: int = 0  # cached tokens the step's admissions copied from host memory
+    prefills: list[tuple[Request, int]]
+    decodes: list[Request]
+    preempted: list[Request]
+    num_prefill_tokens: int
+    num_decode_seqs: int
+    prefill_attn: int
+    decode_context: int
+    host_loaded_tokens: int  # cached tokens the step's admissions copied from host memory
     # output tokens the decodes produced, known at the step's end (``on_step_end``): one per
     # decode, or 1 + the drafts each kept with speculative decoding
-    num_decode_tokens: int = 0
+    num_decode_tokens: int
+
+    def __init__(self) -> None:
+        self.prefills = []
+        self.decodes = []
+        self.preempted = []
+        self.num_prefill_tokens = 0
+        self.num_decode_seqs = 0
+        self.prefill_attn = 0
+        self.decode_context = 0
+        self.host_loaded_tokens = 0
+        self.num_decode_tokens = 0
 
     def add_prefill(self, request: Request, num_tokens: int) -> None:
         context_before = request.num_computed_tokens

@@ -14,10 +14,13 @@ Left out: v0's swap-to-host preemption mode and its delay factor.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PrefillFirstScheduler(Scheduler):
     chunked_prefill = False
 

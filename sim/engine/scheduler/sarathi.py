@@ -15,6 +15,8 @@ Left out: Sarathi's dynamic chunk sizing and pipeline-parallel scheduling.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import RUNNING
 from sim.engine.scheduler.plan import StepPlan
@@ -22,6 +24,7 @@ from sim.engine.scheduler.vllm import VLLMScheduler
 from sim.errors import require
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SarathiScheduler(VLLMScheduler):
     def __init__(
         self,

@@ -58,6 +58,7 @@ decode needs 1 + K tokens (its drafts): in the memory check, retraction and a mi
 from __future__ import annotations
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
@@ -91,8 +92,10 @@ def default_chunked_prefill_size(gpu: GPU | None) -> int:
     return 16384
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SGLangScheduler(Scheduler):
-    prefix_cache_eviction = "when_full"  # the radix cache evicts only when it needs room
+    # the radix cache evicts only when it needs room
+    prefix_cache_eviction: str | None = "when_full"
 
     def __init__(
         self,
@@ -257,8 +260,11 @@ class SGLangScheduler(Scheduler):
             free=free,
             reserved=mixed_tokens
             + sum(
-                min(r.output_tokens - r.num_generated, self.clip) * self.new_token_ratio
-                for r in decoding
+                (
+                    min(r.output_tokens - r.num_generated, self.clip) * self.new_token_ratio
+                    for r in decoding
+                ),
+                0.0,  # a float sum from the start (the same value): mypyc types it so
             ),
             current=mixed_tokens,
             input_left=self.max_prefill_tokens - mixed_tokens,

@@ -17,16 +17,19 @@ Left out: padding of prompts to a common length in the prefill step.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import COMPLETED, RUNNING, Request
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StaticScheduler(Scheduler):
     chunked_prefill = False
     may_preempt = False  # KV for the whole output is reserved at admission
-    prefix_cache_eviction = None  # not modelled
+    prefix_cache_eviction: str | None = None  # not modelled
 
     def __init__(
         self,

@@ -59,6 +59,8 @@ head).
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from sim.engine.kv_cache import KVCache
 from sim.engine.request import RUNNING, WAITING, Request
 from sim.engine.scheduler.base import Scheduler
@@ -73,11 +75,12 @@ EQUAL_PROGRESS = "equal_progress"
 CHUNKING_POLICIES = (FIRST_COME_FIRST_SERVED, EQUAL_PROGRESS)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TRTLLMScheduler(Scheduler):
     """``max_num_seqs`` is TensorRT-LLM's ``max_batch_size``, ``max_num_batched_tokens`` its
     ``max_num_tokens`` (the names every Fleetcast scheduler shares)."""
 
-    prefix_cache_eviction = None  # KV block reuse is not modelled (module docstring)
+    prefix_cache_eviction: str | None = None  # KV block reuse is not modelled (module docstring)
 
     def __init__(
         self,

@@ -37,6 +37,8 @@ Left out: priorities, the async output processor.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from sim.catalog.hardware import GPU
 from sim.engine.kv_cache import KVCache
 from sim.engine.scheduler.base import Scheduler
@@ -80,6 +82,7 @@ def vllm_batch_defaults(
     return seqs, budget
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class VLLMScheduler(Scheduler):
     def __init__(
         self,

@@ -18,10 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.engine.step_shape import StepShape
 
-VECTOR_MIN_STEPS = 32
+# Interpreted, numpy's cost per call pays off from about 32 steps; in the compiled build (the
+# module is a C extension there) a step priced in a loop costs tens of nanoseconds, and numpy
+# pays off only for longer stretches (README, Speed). Either path gives the same floats.
+VECTOR_MIN_STEPS = 32 if __file__.endswith(".py") else 128
 """Stretches this long or longer are worked out with numpy, shorter ones with a Python loop.
 
 Per-step work in a stretch (durations, end times, KV blocks in use) is a few float operations: a
@@ -30,6 +34,8 @@ Both give identical numbers. 32 steps is where they cross on benchmarks/bench_sp
 """
 
 
+# users' own models subclass it, in the compiled build too (setup.py)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StepTimeModel:
     """Base class: subclasses implement ``step_time_s``.
 

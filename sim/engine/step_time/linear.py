@@ -21,7 +21,7 @@ from sim.errors import require
 
 
 class LinearStepTime(StepTimeModel):
-    prices_the_deployment = False  # (its figures are given, whatever the model)
+    prices_the_deployment: bool = False  # (its figures are given, whatever the model)
 
     def __init__(
         self,
@@ -30,7 +30,6 @@ class LinearStepTime(StepTimeModel):
         c_decode_seq: float = 1.0e-5,
         c_prefill_attn: float = 1.0e-10,
         c_decode_attn: float = 3.0e-8,
-        **_deployment: Any,
     ) -> None:
         for name, value in (
             ("c0", c0),

@@ -72,6 +72,7 @@ from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import VECTOR_MIN_STEPS, StepTimeModel
 from sim.engine.step_time.bench_profile import load_bench_profile
 from sim.errors import require
+from sim.signature import constructor
 
 _LOW_PRECISION = ("fp8", "fp4")
 # Kernel floors for a GPU the catalog has no measurement for: the medians over the 7 GPUs that
@@ -114,8 +115,19 @@ class RooflineStepTime(StepTimeModel):
         profile: str | None = None,
     ) -> None:
         if profile is not None:
-            # the fitted terms take the place of those keywords (none of which the run set)
-            given = locals()
+            # the fitted terms (bench_profile.TERMS) take the place of those keywords (none of
+            # which the run set); named one by one, since a compiled build has no locals()
+            given: dict[str, float] = {
+                "compute_efficiency": compute_efficiency,
+                "quantized_compute_efficiency": quantized_compute_efficiency,
+                "attention_compute_efficiency": attention_compute_efficiency,
+                "bandwidth_efficiency": bandwidth_efficiency,
+                "attention_bandwidth_efficiency": attention_bandwidth_efficiency,
+                "step_overhead_s": step_overhead_s,
+                "token_overhead_s": token_overhead_s,
+                "request_overhead_s": request_overhead_s,
+                "allreduce_bandwidth_efficiency": allreduce_bandwidth_efficiency,
+            }
             given.update(load_bench_profile(profile, deployment, given, _DEFAULTS))
             compute_efficiency = given["compute_efficiency"]
             quantized_compute_efficiency = given["quantized_compute_efficiency"]
@@ -266,7 +278,7 @@ class RooflineStepTime(StepTimeModel):
 # each keyword's default: a profile's fitted term may replace a key only while it has it
 _DEFAULTS = {
     name: p.default
-    for name, p in inspect.signature(RooflineStepTime.__init__).parameters.items()
+    for name, p in constructor(RooflineStepTime)[0].parameters.items()
     if p.default is not inspect.Parameter.empty
 }
 
@@ -321,7 +333,9 @@ class _Gemms:
                 ((q_heads + 2 * kv_heads) * d, h),  # fused QKV projection
                 (h, q_heads * d),  # attention output projection
             ]
-            attention_params = (2 * model.num_attention_heads + 2 * model.num_kv_heads) * d * h
+            attention_params = float(
+                (2 * model.num_attention_heads + 2 * model.num_kv_heads) * d * h
+            )
         if model.is_moe:
             # a routed expert's share of one MoE layer; dense layers have none
             self._expert_params_per_layer = model.expert_params() / model.num_moe_layers
