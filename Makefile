@@ -72,13 +72,13 @@ test-ray: $(VENV_RAY)/.installed
 COMPILED := $(CURDIR)/build/compiled
 compiled: $(VENV)/.installed-test
 	rm -rf $(COMPILED) && mkdir -p $(COMPILED)
-	git ls-files --cached --others --exclude-standard -z \
-		| (cd $(COMPILED) && tar --null -C $(CURDIR) -T - --ignore-failed-read -cf - | tar -xf -)
+	git ls-files --cached --others --exclude-standard -z > $(COMPILED).files
+	tar --null -C $(CURDIR) -T $(COMPILED).files --ignore-failed-read -cf - | tar -xf - -C $(COMPILED)
 	cd $(COMPILED) && git init --quiet && git add --all
-	cd $(COMPILED) && FLEETCAST_COMPILE=1 $(CURDIR)/$(PY) setup.py --quiet build_ext --inplace
+	cd $(COMPILED) && FLEETCAST_COMPILE=1 $(abspath $(PY)) setup.py --quiet build_ext --inplace
 
 test-compiled: compiled
-	cd $(COMPILED) && FLEETCAST_COMPILE=1 PYTHONPATH=$(COMPILED) $(CURDIR)/$(PY) -m pytest -q -n 2 tests
+	cd $(COMPILED) && FLEETCAST_COMPILE=1 PYTHONPATH=$(COMPILED) $(abspath $(PY)) -m pytest -q -n 2 tests
 
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_speed.py

@@ -8,7 +8,9 @@ Named in pyproject.toml's ``[build-system]`` (``backend-path``), so that
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from setuptools import build_meta
@@ -50,8 +52,10 @@ COMPILED = [
     "sim/output/request_log.py",
 ]
 
-# mypyc 1.16 and later trip over a constructor's **kwargs after defaults (none compiled has one)
-MYPYC = "mypy>=1.15"
+# mypyc 1.16 and later trip over a constructor's **kwargs after defaults (none compiled has
+# one); the range the compiled build was tested with. With it, the stubs mypy needs for what
+# the compiled modules import and have none of their own (as the lint extra has them).
+MYPYC = ["mypy>=1.18,<2.5", "types-PyYAML", "types-tqdm"]
 
 
 def compiling() -> bool:
@@ -59,17 +63,38 @@ def compiling() -> bool:
     return os.environ.get("FLEETCAST_COMPILE", "0").strip().lower() not in ("", "0", "false", "no")
 
 
-def _with_mypy(hook: Callable[[Any], list[str]], config_settings: Any) -> list[str]:
-    """``hook``'s requirements, plus mypy when compiling. Setuptools runs setup.py to list
-    them, before mypy is there: that run is told not to compile."""
-    if not compiling():
-        return hook(config_settings)
-    asked = os.environ["FLEETCAST_COMPILE"]
+def runtime_dependencies() -> list[str]:
+    """The project's dependencies (pyproject.toml): mypyc type-checks the compiled modules
+    against them (numpy, SimPy, pydantic, ...), so a compiling build environment needs them."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: tomli, a build requirement there
+        import tomli as tomllib
+    with open(Path(__file__).with_name("pyproject.toml"), "rb") as file:
+        return list(tomllib.load(file)["project"]["dependencies"])
+
+
+@contextmanager
+def _not_compiling() -> Iterator[None]:
+    """Run setup.py without compiling: to list requirements (mypy is not there yet), for the
+    metadata and for the sdist (neither holds extensions)."""
+    asked = os.environ.get("FLEETCAST_COMPILE")
     os.environ["FLEETCAST_COMPILE"] = "0"
     try:
-        return [*hook(config_settings), MYPYC]
+        yield
     finally:
-        os.environ["FLEETCAST_COMPILE"] = asked
+        if asked is None:
+            del os.environ["FLEETCAST_COMPILE"]
+        else:
+            os.environ["FLEETCAST_COMPILE"] = asked
+
+
+def _with_mypy(hook: Callable[[Any], list[str]], config_settings: Any) -> list[str]:
+    """``hook``'s requirements, plus mypy and the runtime dependencies when compiling."""
+    if not compiling():
+        return hook(config_settings)
+    with _not_compiling():
+        return [*hook(config_settings), *MYPYC, *runtime_dependencies()]
 
 
 def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
@@ -78,3 +103,27 @@ def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) 
 
 def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
     return _with_mypy(build_meta.get_requires_for_build_editable, config_settings)
+
+
+def prepare_metadata_for_build_wheel(
+    metadata_directory: str, config_settings: dict[str, Any] | None = None
+) -> str:
+    with _not_compiling():
+        return build_meta.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def prepare_metadata_for_build_editable(
+    metadata_directory: str, config_settings: dict[str, Any] | None = None
+) -> str:
+    with _not_compiling():
+        return build_meta.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def get_requires_for_build_sdist(config_settings: dict[str, Any] | None = None) -> list[str]:
+    with _not_compiling():
+        return build_meta.get_requires_for_build_sdist(config_settings)
+
+
+def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = None) -> str:
+    with _not_compiling():
+        return build_meta.build_sdist(sdist_directory, config_settings)

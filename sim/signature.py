@@ -41,13 +41,16 @@ def _stub_from_source(module_name: str, class_name: str) -> Any:
     """``__init__`` of the class ``class_name`` with an empty body, compiled from the source of
     its module (parsed once per class)."""
     module = sys.modules[module_name]
-    spec = importlib.util.find_spec(module_name)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except ValueError:  # __main__, or a module made at run time: no spec
+        spec = None
     origin = Path(spec.origin if spec is not None and spec.origin else "")
     source = origin.with_name(module_name.rpartition(".")[2] + ".py")
     if not source.is_file():
         raise RuntimeError(
-            f"{module_name}.{class_name} is compiled and its source ({source}) is missing: "
-            "reinstall Fleetcast"
+            f"{module_name}.{class_name}: its constructor is not Python code (a compiled "
+            f"class) and its source ({source}) is missing: reinstall Fleetcast"
         )
     tree = ast.parse(source.read_text(encoding="utf-8"))
     for node in tree.body:

@@ -33,7 +33,8 @@ def test_the_compiled_modules_exist():
 @pytest.mark.parametrize("asked", ["1", "yes", "0", ""])
 def test_the_compiled_build_asks_for_mypy_and_lists_its_requirements_without_it(asked, monkeypatch):
     """Setuptools runs setup.py to list the build's requirements, before mypy is there: that
-    run does not compile, and mypy joins the list only when FLEETCAST_COMPILE asks."""
+    run does not compile, and mypy and the runtime dependencies join the list only when
+    FLEETCAST_COMPILE asks."""
     seen = []
 
     def setuptools_hook(config_settings):
@@ -43,7 +44,10 @@ def test_the_compiled_build_asks_for_mypy_and_lists_its_requirements_without_it(
     monkeypatch.setenv("FLEETCAST_COMPILE", asked)
     requirements = build_backend._with_mypy(setuptools_hook, None)
     compiled = asked in ("1", "yes")
-    assert requirements == (["wheel", MYPYC] if compiled else ["wheel"])
+    # mypyc type-checks against numpy, SimPy, ...: the build environment gets them too
+    dependencies = [*MYPYC, *build_backend.runtime_dependencies()] if compiled else []
+    assert requirements == ["wheel", *dependencies]
+    assert "numpy>=1.24" in dependencies or not compiled
     assert seen == ["0" if compiled else asked]
     assert os.environ["FLEETCAST_COMPILE"] == asked  # as it was
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 import typing
 
 import pytest
 
-from sim.engine.scheduler.vllm import VLLMScheduler
-from sim.engine.step_time.roofline import RooflineStepTime
+from sim.config.build import target_class
 from sim.signature import _stub_from_source, constructor
+from tests.support import REPO_ROOT
 
 SOURCE = """
 from __future__ import annotations
@@ -54,11 +55,27 @@ def _as_if_compiled(cls: type) -> None:
     cls.__init__ = object.__init__
 
 
-@pytest.mark.parametrize("cls", [VLLMScheduler, RooflineStepTime])
-def test_a_plain_class_gives_what_inspect_and_typing_give(cls):
-    signature, hints = constructor(cls)
-    assert signature == inspect.signature(cls)
-    assert hints == typing.get_type_hints(cls.__init__)
+def _shipped_targets() -> list[str]:
+    """Every class the shipped configs name in ``_target_``."""
+    names: set[str] = set()
+    for path in (REPO_ROOT / "configs").rglob("*.yaml"):
+        names |= set(re.findall(r"_target_:\s*([\w.]+)", path.read_text()))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("target", _shipped_targets())
+def test_every_shipped_policy_reads_the_same_from_its_source(target):
+    """What ``build`` checks options against, for each policy: the same from the source (the
+    compiled build's way) as from Python's own introspection (the interpreted build's)."""
+    cls = target_class({"_target_": target}, "group")
+    owner = next(klass for klass in cls.__mro__ if "__init__" in vars(klass))
+    stub = _stub_from_source(owner.__module__, owner.__name__)
+    stub_signature = inspect.signature(stub)
+    without_self = list(stub_signature.parameters.values())[1:]
+    from_source = (stub_signature.replace(parameters=without_self), typing.get_type_hints(stub))
+    assert constructor(cls) == from_source
+    if inspect.isfunction(vars(owner)["__init__"]):  # interpreted: what inspect and typing give
+        assert from_source == (inspect.signature(cls), typing.get_type_hints(cls.__init__))
 
 
 def test_a_constructor_without_python_code_is_read_from_the_source(policy_module):
@@ -80,5 +97,5 @@ def test_a_constructor_without_python_code_is_read_from_the_source(policy_module
 def test_a_compiled_class_without_its_source_says_so(policy_module, tmp_path):
     _as_if_compiled(policy_module.Policy)
     (tmp_path / "fake_policy.py").rename(tmp_path / "moved.py")
-    with pytest.raises(RuntimeError, match=r"fake_policy\.Policy is compiled and its source"):
+    with pytest.raises(RuntimeError, match=r"fake_policy\.Policy: .* its source .* is missing"):
         constructor(policy_module.Inherits)

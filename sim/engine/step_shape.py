@@ -34,7 +34,8 @@ from dataclasses import MISSING, dataclass, fields
 # Not frozen, though nothing changes a shape once made: a frozen dataclass's __init__ sets each
 # field through object.__setattr__, and the one written here is compiled with the loop in the
 # compiled build (a dataclass's generated methods never are), for a shape made every step.
-@dataclass(slots=True, init=False)
+# Still hashable by value, as before (a model may memoise per shape).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class StepShape:
     """How much work one engine step does (token counts; see the module docstring)."""
 

@@ -29,6 +29,7 @@ step, no step repeats another: with K > 0 every policy steps one by one (no deco
 from __future__ import annotations
 
 from collections import deque
+from typing import ClassVar
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -61,8 +62,9 @@ class Scheduler:
     may_preempt = True
     # How the engine's prefix cache evicts (``sim.engine.prefix_cache``): "free_queue"
     # (vLLM's BlockPool), "when_full" (SGLang's radix cache), or None: not modelled, and
-    # kv.prefix_caching=true is refused.
-    prefix_cache_eviction: str | None = "free_queue"
+    # kv.prefix_caching=true is refused. Read from the class (sim.deploy.engines): a ClassVar,
+    # which the compiled build keeps on the class (an annotated attribute would be per instance).
+    prefix_cache_eviction: ClassVar[str | None] = "free_queue"
     # Tokens a decoding request computes in one step: 1, or 1 + K drafts verified with
     # speculative decoding (``speculate``), whose draws ``acceptance`` makes (None: none).
     decode_width = 1

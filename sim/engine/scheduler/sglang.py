@@ -57,6 +57,8 @@ decode needs 1 + K tokens (its drafts): in the memory check, retraction and a mi
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from mypy_extensions import mypyc_attr
 
@@ -95,7 +97,7 @@ def default_chunked_prefill_size(gpu: GPU | None) -> int:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SGLangScheduler(Scheduler):
     # the radix cache evicts only when it needs room
-    prefix_cache_eviction: str | None = "when_full"
+    prefix_cache_eviction: ClassVar[str | None] = "when_full"
 
     def __init__(
         self,

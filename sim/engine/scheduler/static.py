@@ -17,6 +17,8 @@ Left out: padding of prompts to a common length in the prefill step.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from mypy_extensions import mypyc_attr
 
 from sim.engine.kv_cache import KVCache
@@ -29,7 +31,7 @@ from sim.engine.scheduler.plan import StepPlan
 class StaticScheduler(Scheduler):
     chunked_prefill = False
     may_preempt = False  # KV for the whole output is reserved at admission
-    prefix_cache_eviction: str | None = None  # not modelled
+    prefix_cache_eviction: ClassVar[str | None] = None  # not modelled
 
     def __init__(
         self,

@@ -59,6 +59,8 @@ head).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from mypy_extensions import mypyc_attr
 
 from sim.engine.kv_cache import KVCache
@@ -80,7 +82,8 @@ class TRTLLMScheduler(Scheduler):
     """``max_num_seqs`` is TensorRT-LLM's ``max_batch_size``, ``max_num_batched_tokens`` its
     ``max_num_tokens`` (the names every Fleetcast scheduler shares)."""
 
-    prefix_cache_eviction: str | None = None  # KV block reuse is not modelled (module docstring)
+    # KV block reuse is not modelled (module docstring)
+    prefix_cache_eviction: ClassVar[str | None] = None
 
     def __init__(
         self,

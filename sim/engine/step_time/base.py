@@ -15,7 +15,7 @@ float64 numpy array; short stretches return a list.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -25,7 +25,7 @@ from sim.engine.step_shape import StepShape
 # Interpreted, numpy's cost per call pays off from about 32 steps; in the compiled build (the
 # module is a C extension there) a step priced in a loop costs tens of nanoseconds, and numpy
 # pays off only for longer stretches (README, Speed). Either path gives the same floats.
-VECTOR_MIN_STEPS = 32 if __file__.endswith(".py") else 128
+VECTOR_MIN_STEPS = 128 if __file__.endswith((".so", ".pyd")) else 32
 """Stretches this long or longer are worked out with numpy, shorter ones with a Python loop.
 
 Per-step work in a stretch (durations, end times, KV blocks in use) is a few float operations: a
@@ -49,7 +49,7 @@ class StepTimeModel:
     request_overhead_s: float = 0.0
     # whether the price depends on the model and GPU it is built for (not so for coefficients
     # given by hand, which price a draft model like its target)
-    prices_the_deployment: bool = True
+    prices_the_deployment: ClassVar[bool] = True
 
     def step_time_s(self, shape: StepShape) -> float:
         raise NotImplementedError

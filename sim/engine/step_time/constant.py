@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sim.engine.step_shape import StepShape
 from sim.engine.step_time.base import StepTimeModel
 from sim.errors import require
 
 
 class ConstantStepTime(StepTimeModel):
-    prices_the_deployment: bool = False  # (its figures are given, whatever the model)
+    prices_the_deployment: ClassVar[bool] = False  # (its figures are given, whatever the model)
 
     def __init__(self, seconds: float = 0.01) -> None:
         require(seconds > 0, "step_time.seconds", seconds, "must be > 0")

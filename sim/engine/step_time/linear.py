@@ -11,7 +11,7 @@ H100 at BF16, so the model is usable as it stands; fit your own with measurement
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from sim.errors import require
 
 
 class LinearStepTime(StepTimeModel):
-    prices_the_deployment: bool = False  # (its figures are given, whatever the model)
+    prices_the_deployment: ClassVar[bool] = False  # (its figures are given, whatever the model)
 
     def __init__(
         self,
