@@ -114,6 +114,8 @@ class TimedCluster:
 
 def build_of(module) -> str:
     """``compiled`` when ``module`` is a C extension (the compiled build), else ``interpreted``."""
+    # (sim.signature.compiled's test, written out: --tree imports this file against checkouts
+    # older than that function)
     return "compiled" if module.__file__.endswith((".so", ".pyd")) else "interpreted"
 
 

@@ -36,6 +36,12 @@ def constructor(cls: type[Any]) -> tuple[inspect.Signature, dict[str, Any]]:
     return signature.replace(parameters=parameters), typing.get_type_hints(init)
 
 
+def compiled(module_file: str) -> bool:
+    """Whether the module at ``module_file`` (its ``__file__``) is an extension module: the
+    compiled build's."""
+    return module_file.endswith((".so", ".pyd"))
+
+
 @cache
 def _stub_from_source(module_name: str, class_name: str) -> Any:
     """``__init__`` of the class ``class_name`` with an empty body, compiled from the source of

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 import sim.fleet.replica
+from sim.signature import compiled
 from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(
-    not sim.fleet.replica.__file__.endswith((".so", ".pyd")),
+    not compiled(sim.fleet.replica.__file__),
     reason="the interpreted build: make test-compiled runs this against the compiled one",
 )
 

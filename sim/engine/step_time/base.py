@@ -21,11 +21,12 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from sim.engine.step_shape import StepShape
+from sim.signature import compiled
 
 # Interpreted, numpy's cost per call pays off from about 32 steps; in the compiled build (the
 # module is a C extension there) a step priced in a loop costs tens of nanoseconds, and numpy
 # pays off only for longer stretches (README, Speed). Either path gives the same floats.
-VECTOR_MIN_STEPS = 128 if __file__.endswith((".so", ".pyd")) else 32
+VECTOR_MIN_STEPS = 128 if compiled(__file__) else 32
 """Stretches this long or longer are worked out with numpy, shorter ones with a Python loop.
 
 Per-step work in a stretch (durations, end times, KV blocks in use) is a few float operations: a
