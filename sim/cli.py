@@ -34,14 +34,20 @@
                                            a run, collected sweep, plan or day-plan folder as
                                            PATH/report.html (self-contained) and report.md
 
-Bad input ends with one line, ``error: field=value: reason``, and exit status 2.
+``fleetcast COMMAND --help`` (or ``-h``) prints one command's options. Bad input ends with one
+line, ``error: field=value: reason``, and exit status 2.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import io
 import os
+import re
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -70,6 +76,34 @@ COMMANDS = (
     "report",
 )
 USAGE = __doc__
+HELP_FLAGS = ("-h", "--help")
+HELP_WIDTH = 96  # the width of the help texts (the line length of the code they live in)
+RUN_USAGE = """usage: fleetcast [run] [OVERRIDE ...] [-m] [--cfg job] [--hydra-help]
+
+Simulate one configuration and write its run folder (requests.parquet, steps.parquet,
+summary.json, config.yaml) and print its summary; with -m (--multirun), a sweep: one run per
+combination of the comma-separated values (fleet.replicas=1,2,4), each in a folder of its own.
+
+overrides (Hydra's grammar):
+  GROUP=OPTION       pick an option of a config group (model=llama31_70b, scheduler=sglang)
+  KEY=VALUE          set a config key (fleet.replicas=8, workload.duration_s=120)
+  +KEY=VALUE         add a key the config does not have; ~KEY removes one
+  output_dir=PATH    the run's folder (the sweep's with -m); default outputs/DATE/TIME
+
+flags (Hydra's):
+  -m, --multirun     sweep every comma-separated value
+  --cfg job          print the composed config (with the overrides) instead of running
+  --hydra-help       Hydra's own flags
+
+config groups (GROUP=OPTION, each option a file configs/GROUP/OPTION.yaml):
+"""
+MEMORY_USAGE = """usage: fleetcast memory [OVERRIDE ...]
+
+The memory plan of one replica: how each GPU's memory splits into weights, the runtime's reserve
+and KV cache blocks, by the engine's rule, and how many requests of a few lengths fit at once.
+The overrides are a run's (model=..., hardware=..., fleet.tp=..., precision.*, memory.*);
+memory.request_tokens=N gives the plan for requests of N tokens only. Nothing is simulated.
+"""
 
 
 def _fail(err: ConfigError) -> NoReturn:
@@ -324,6 +358,12 @@ def _bench(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> None:
     as_command = argv is None  # the process's own command line: it ends with the run
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _check_command(argv[0] if argv else None)
+    except ConfigError as err:
+        _fail(err)
+    if _help(argv):
+        return
     command = argv[0] if argv and argv[0] in COMMANDS else "run"
     if command not in ("run", "memory"):  # commands that run for long, or run many
         _command(argv)
@@ -340,9 +380,6 @@ def _command(argv: list[str], as_command: bool = False) -> None:
     from sim.config.compose import HYDRA_OVERRIDE, check_overrides
     from sim.config.compose_cache import ComposeCache
 
-    if argv and argv[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     if command == "collect":
         from sim.sweeps.collect import main as collect_main
@@ -403,7 +440,7 @@ def _command(argv: list[str], as_command: bool = False) -> None:
                 ahead.close()
         return
     try:
-        check_overrides([a for a in argv if not a.startswith("-")])
+        check_overrides(_overrides(argv))
         _check_output_dir(argv)
         folders = _hydra_dirs(argv) if command != "memory" else []
     except ConfigError as err:
@@ -413,6 +450,100 @@ def _command(argv: list[str], as_command: bool = False) -> None:
         return
     STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
     run_hydra(argv + folders)
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    """The overrides of a Hydra command line, its flags and their values (``--cfg job``) left
+    out, as Hydra's own parser reads them (it ends a command line it cannot read with its
+    usage, exit status 2, as Hydra would)."""
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args(argv)
+    modes = [f"--{m}" for m in ("run", "multirun", "cfg", "info") if getattr(args, m)]
+    require(len(modes) <= 1, "flags", " ".join(modes), "give one of them (Hydra runs one mode)")
+    return list(args.overrides)
+
+
+def _help(argv: list[str]) -> bool:
+    """Print the help ``argv`` asks for (``--help``, ``-h``, ``help [COMMAND]``), as plain text;
+    False when it asks for none. A command's own help (its argparse parser's) is printed as
+    the command prints it, its reStructuredText markup taken out (``plain_text``)."""
+    if argv and argv[0] == "help" and argv[1:2] and argv[1] in COMMANDS:
+        argv = [argv[1], "--help"]  # `fleetcast help plan`: the command's help
+    elif argv and argv[0] in ("help", *HELP_FLAGS):
+        print(plain_text(USAGE))
+        return True
+    if not any(arg in HELP_FLAGS for arg in argv):
+        return False
+    command = argv[0] if argv and argv[0] in COMMANDS else "run"
+    if command == "run":  # (Hydra's help would print its own banner and the whole config)
+        from sim.config.compose import group_options
+
+        groups = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and p.name != "hydra")
+        listed = [
+            textwrap.fill(
+                f"{g}: {', '.join(group_options(g))}",
+                HELP_WIDTH,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
+            for g in groups
+            if group_options(g)
+        ]
+        print(RUN_USAGE + "\n".join(listed))
+        return True
+    if command == "memory":  # (its overrides are Hydra's, which has no help of its own here)
+        print(MEMORY_USAGE, end="")
+        return True
+    printed = io.StringIO()
+    status: str | int | None = 0
+    with contextlib.redirect_stdout(printed):
+        try:
+            _command(list(argv))
+        except SystemExit as end:  # argparse ends its help so, and each command's main
+            status = end.code
+    sys.stdout.write(plain_text(printed.getvalue()))
+    if status:
+        sys.exit(status)
+    return True
+
+
+# reStructuredText's inline literals (``x``) and roles (:mod:`x`), kept in the docstrings that
+# double as help for the API documentation; the terminal gets the text inside
+_MARKUP = re.compile(r"(?::[a-z]+(?::[a-z]+)?:)?``?([^`\n]+?)``?")
+
+
+def plain_text(text: str) -> str:
+    """``text`` with its reStructuredText inline markup replaced by the text it marks."""
+    return _MARKUP.sub(r"\1", text)
+
+
+# how close a word must be to a command's name to be taken for it, misspelled (difflib's
+# ratio: 0.6, its own default, takes one typo in a short name, reprot, plna, memroy)
+COMMAND_CUTOFF = 0.6
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _check_command(first: str | None) -> None:
+    """Refuse a first argument that is a misspelled command, naming the nearest one.
+
+    A run's arguments are Hydra overrides (``key=value``, ``+key=value``, ``~key``,
+    ``group@package=option``) and flags (``-m``, ``--cfg job``): each has an ``=`` or starts
+    with ``-``, ``+`` or ``~``. A first argument that is a plain word is none of these; when
+    it is close to a command's name (and is not a config group's name, an override missing its
+    value) it is taken for that command, misspelled. Any other first argument is left to the
+    override checks (``sim.config.compose.check_overrides``)."""
+    if first in (None, "help", *COMMANDS) or not _WORD.fullmatch(first):
+        return
+    if (config_dir() / first).is_dir():  # `fleetcast placement`: a group without its option
+        return
+    near = difflib.get_close_matches(first.lower(), COMMANDS, n=1, cutoff=COMMAND_CUTOFF)
+    if near:
+        raise ConfigError(
+            "command",
+            first,
+            f"unknown command; did you mean {near[0]}? (fleetcast --help lists the commands)",
+        )
 
 
 def run_hydra(argv: list[str]) -> None:

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from sim.cli import _absolute_folder
+from sim.cli import COMMANDS, _absolute_folder, _check_command, main, plain_text
 from sim.errors import ConfigError
 from tests.support import fleetcast
 
@@ -111,6 +111,103 @@ def test_memory_refuses_a_model_that_does_not_fit(tmp_path):
     assert lines[0].startswith("error: hardware=")
     assert "fleet.tp" in lines[0]
     assert proc.stdout == ""
+
+
+# every command, and the subcommand of one, each asked for its help both ways
+HELP_ASKED = [
+    [],
+    *([c] for c in COMMANDS),
+    ["model", "import"],
+]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("command", HELP_ASKED, ids=lambda c: " ".join(c) or "fleetcast")
+def test_every_command_prints_its_help_as_plain_text(command, flag, capsys):
+    main([*command, flag])  # returns: exit status 0
+    printed = capsys.readouterr()
+    assert printed.err == ""
+    text = printed.out
+    assert text.strip()
+    assert "``" not in text and ":mod:`" not in text  # no reStructuredText markup
+    assert "Traceback" not in text
+    if command and command[0] != "plan":  # (plan's help is its module's text)
+        assert text.startswith(f"usage: fleetcast {' '.join(command).removeprefix('run')}".strip())
+
+
+def test_help_names_the_command_asked_about(capsys):
+    main(["help", "plan"])
+    assert capsys.readouterr().out.startswith("fleetcast plan: for each candidate deployment")
+    main(["run", "--help"])  # a run's overrides, its flags and every config group's options
+    text = capsys.readouterr().out
+    assert "GROUP=OPTION" in text and "--cfg job" in text
+    assert "  scheduler: prefill_first, sarathi, sglang, static, trtllm, vllm" in text
+    main(["workload=poisson", "-h"])  # a run's help, wherever the flag is
+    assert capsys.readouterr().out == text
+
+
+def test_memory_help_is_not_a_hydra_traceback(tmp_path):
+    proc = fleetcast("memory", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("usage: fleetcast memory [OVERRIDE ...]")
+
+
+def test_plain_text_takes_out_inline_markup():
+    assert plain_text("``fleetcast plan`` (:mod:`sim.plan`, ``a`` and `b`)") == (
+        "fleetcast plan (sim.plan, a and b)"
+    )
+    assert plain_text("no markup: x=1, [a|b]") == "no markup: x=1, [a|b]"
+
+
+@pytest.mark.parametrize(
+    "word, nearest",
+    [("reprot", "report"), ("memroy", "memory"), ("plna", "plan"), ("Colect", "collect")],
+)
+def test_a_misspelled_command_is_named_with_the_nearest_one(word, nearest):
+    with pytest.raises(ConfigError) as err:
+        _check_command(word)
+    assert err.value.field == "command" and err.value.value == word
+    assert f"unknown command; did you mean {nearest}?" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        None,
+        "report",
+        "help",
+        "workload.qps=2",  # overrides: key=value, +key, ~key, group@package
+        "+seed=1",
+        "~output_dir",
+        "model@placement=hf",
+        "-m",  # flags
+        "--cfg",
+        "placement",  # a config group without its option: close to plan, but an override
+        "foo",  # a word close to no command: left to the override checks
+    ],
+)
+def test_overrides_flags_and_far_words_are_not_taken_for_commands(first):
+    _check_command(first)  # no error
+
+
+def test_a_misspelled_command_fails_in_one_line_and_real_overrides_still_run(tmp_path):
+    proc = fleetcast("reprot", "x", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "error: command='reprot': unknown command; did you mean report? "
+        "(fleetcast --help lists the commands)\n"
+    )
+    # a flag with a value (--cfg job) beside overrides: the composed config, nothing run
+    proc = fleetcast("--cfg", "job", "fleet.replicas=3", "scheduler=sglang", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load(proc.stdout)
+    assert config["fleet"]["replicas"] == 3
+    assert config["scheduler"]["_target_"].endswith("SGLangScheduler")
+    assert list(tmp_path.iterdir()) == []
+    proc = fleetcast("-m", "--cfg", "job", "fleet.replicas=1,2", cwd=tmp_path)  # two modes
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: flags='--multirun --cfg': ")
 
 
 def test_multirun_gives_each_job_its_own_folder_under_output_dir(tmp_path):
