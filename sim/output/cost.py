@@ -10,6 +10,12 @@ costs that cost calculators quote:
   ``usd_per_million_input_tokens`` with the prompt tokens. The two are not meant to be added:
   each charges the full bill to one kind of token (calculators do the same; a split between
   prefill and decode work would need a model of who pays for what).
+- A disaggregated fleet has that model: each pool does one kind of work, so each pool's bill
+  goes to the tokens it works on (``split_by_pool``): the prefill pool's $/hour over the prompt
+  tokens, the decode pool's over the output tokens. The two figures add up to the bill
+  (``input rate x $/M input + output rate x $/M output = $/hour``). It splits by work, not by
+  memory: the decode pool also holds each prompt's KV, so long prompts raise its cost per
+  output token; the first output token, computed by the prefill pool, is counted as decode's.
 - ``usd_per_thousand_good_requests``: the fleet cost per thousand completed requests that met
   every SLO (goodput), so a fleet that is cheap but slow is not rewarded.
 - ``gpu_hours_per_day``: with ``requests_per_day`` set, the GPU-hours per day this configuration
@@ -65,6 +71,26 @@ def gpu_price(cost: CostConfig, gpu: GPU) -> tuple[float, str | None, str]:
 def _per(numerator: float, denominator: float | None) -> float | None:
     """numerator / denominator, or None when the denominator is missing or zero."""
     return numerator / denominator if denominator else None
+
+
+def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float | None) -> float | None:
+    """$ per million tokens for a bill of ``usd_per_hour`` over ``tokens_per_s`` tokens a
+    second; None without tokens."""
+    return _per(usd_per_hour / _SECONDS_PER_HOUR * 1e6, tokens_per_s)
+
+
+def split_by_pool(
+    prefill_usd_per_hour: float,
+    decode_usd_per_hour: float,
+    input_tokens_per_s: float | None,
+    output_tokens_per_s: float | None,
+) -> tuple[float | None, float | None]:
+    """A disaggregated fleet's $ per million input tokens (its prefill pool's bill) and per
+    million output tokens (its decode pool's): the split in the module docstring."""
+    return (
+        usd_per_million_tokens(prefill_usd_per_hour, input_tokens_per_s),
+        usd_per_million_tokens(decode_usd_per_hour, output_tokens_per_s),
+    )
 
 
 def energy_cost(
@@ -138,8 +164,8 @@ def fleet_cost(
         "price_source": source,
         "usd_per_hour": usd_per_hour,
         "usd_per_hour_with_energy": usd_per_hour + (energy["usd_per_hour"] if energy else 0.0),
-        "usd_per_million_output_tokens": _per(usd_per_s * 1e6, out_per_s),
-        "usd_per_million_input_tokens": _per(usd_per_s * 1e6, in_per_s),
+        "usd_per_million_output_tokens": usd_per_million_tokens(usd_per_hour, out_per_s),
+        "usd_per_million_input_tokens": usd_per_million_tokens(usd_per_hour, in_per_s),
         "usd_per_thousand_good_requests": _per(usd_per_s * 1e3, good_per_s),
         "gpu_hours_per_day": gpu_hours_per_day,
         "energy": energy,

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+
+from sim.engine.step_time.bench_profile import BenchProfile
+from sim.engine.step_time.profile import Profile, profile_file_name, shipped_profile_dir
+from sim.errors import ConfigError
+from sim.output.cost import split_by_pool
+from sim.resources import resolve_path
 
 
 def _num(x: float | None, digits: int = 3) -> str:
@@ -54,11 +61,13 @@ def format_summary(
             f"(mean {scaled['replicas_mean']:.2f})"
         )
         gpus = f"peak {gpus}"
+    source = _step_time_source(cfg)
     lines = [
         f"Fleetcast: {model} on {replicas} x {per_replica} {gpu} "
         f"({gpus}), weights {prec['weights']}, KV {prec['kv']}, "
         f"scheduler {sched}, router {router}, step time {step_time}"
         + _placement(cfg.get("placement") or {}),
+        *([f"step time:  {source}"] if source else []),
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
         f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",
@@ -104,17 +113,30 @@ def format_summary(
     )
     kv = summary["kv_utilization"]
     cost = summary["cost"]
+    pools = summary.get("disaggregation")
     lines += [
         "",
         f"throughput: {_num(t['requests_per_s'])} req/s, {_num(t['output_tokens_per_s'])} "
         f"output tok/s, {_num(t['total_tokens_per_s'])} total tok/s",
         f"goodput:    {_num(good)} req/s meeting SLO ({bounds}){share}",
         f"KV cache:   {summary['kv_capacity_tokens']:,} tokens per "
-        f"{'decode replica' if summary.get('disaggregation') else 'replica'}, "
-        f"mean use {_num(kv['mean'] and 100 * kv['mean'])}%, "
-        f"peak {_num(kv['max'] and 100 * kv['max'])}%",
+        f"{'decode replica' if pools else 'replica'}, "
+        f"mean use {_percent(kv['mean'])}%, peak {_percent(kv['max'])}%",
+        *_prefix_cache_lines(summary.get("prefix_cache")),
         f"cost:       ${cost['usd_per_hour']:,.2f}/hour, "
-        f"${_num(cost['usd_per_million_output_tokens'])} per million output tokens",
+        + (
+            _pool_cost(pools, t)
+            if pools
+            else f"${_num(cost['usd_per_million_output_tokens'])} per million output tokens"
+        ),
+        *(
+            [
+                "            (all of the bill over the output tokens, as a fleet without pools "
+                f"is quoted: ${_num(cost['usd_per_million_output_tokens'])} per million)"
+            ]
+            if pools
+            else []
+        ),
     ]
     if scaled is not None:
         engines = scaled.get("engines") or {}
@@ -132,7 +154,7 @@ def format_summary(
             f"${scaled['usd_total']:,.2f} in all, {scaled['scale_ups']} replica(s) added, "
             f"{scaled['scale_downs']} removed ({scaled['provision_s']:g} s to provision)"
         )
-    lines += _pool_lines(summary.get("disaggregation"))
+    lines += _pool_lines(pools, cfg.get("placement") or {}, sched)
     lines += _spec_decode_lines(summary.get("spec_decode"))
     if output_dir:
         lines.append(f"files:      {output_dir}")
@@ -161,14 +183,57 @@ def _spec_decode_lines(spec: Mapping | None) -> list[str]:
     ]
 
 
-def _pool_lines(pools: Mapping | None) -> list[str]:
-    """A disaggregated fleet's pools, one line each, and its KV transfers."""
+def _percent(share: float | None) -> str:
+    """A share as a percentage, 3 significant digits (``_num``); "-" for a missing one."""
+    return _num(share and 100 * share)
+
+
+def _prefix_cache_lines(cache: Mapping | None) -> list[str]:
+    """The prefix cache's hits (``sim.output.results.prefix_cache_summary``), none when it was
+    off: the share of the prompt tokens looked up that were found cached, and the evictions."""
+    if not cache:
+        return []
+    line = (
+        f"prefix cache: {_percent(cache['hit_rate_tokens'])}% of prompt tokens found cached "
+        f"({cache['hit_tokens']:,} of {cache['looked_up_tokens']:,} looked up), "
+        f"{cache['evicted_blocks']:,} blocks evicted"
+    )
+    if "host_hit_tokens" in cache:  # a host-memory tier: its part of the hits
+        line += (
+            f"; host tier: {cache['host_hit_tokens']:,} of the hit tokens, "
+            f"{cache['host_stored_blocks']:,} blocks stored, {cache['host_loaded_blocks']:,} loaded"
+        )
+    return [line]
+
+
+def _pool_cost(pools: Mapping, throughput: Mapping) -> str:
+    """A disaggregated fleet's unit costs, its bill split by pool (``sim.output.cost``)."""
+    out_per_s = throughput["output_tokens_per_s"]
+    in_per_s = (
+        throughput["total_tokens_per_s"] - out_per_s
+        if throughput["total_tokens_per_s"] is not None and out_per_s is not None
+        else None
+    )
+    prefill, decode = pools["prefill"]["usd_per_hour"], pools["decode"]["usd_per_hour"]
+    per_input, per_output = split_by_pool(prefill, decode, in_per_s, out_per_s)
+    return (
+        f"${_num(per_input)} per million input tokens (the prefill pool's "
+        f"${prefill:,.2f}/hour over them), ${_num(per_output)} per million output tokens "
+        f"(the decode pool's ${decode:,.2f}/hour over them)"
+    )
+
+
+def _pool_lines(pools: Mapping | None, placement: Mapping, scheduler: str) -> list[str]:
+    """A disaggregated fleet's pools, one line each, and its KV transfers; each pool's
+    scheduler by its config name (``placement.POOL.scheduler``, else the run's ``scheduler``)."""
     if not pools:
         return []
     lines = [
         f"{name + ' pool:':<14}{p['replicas']} x {p['gpus_per_replica']} {p['gpu']}, "
-        f"weights {p['weights']}, {p['scheduler']}, busy {_num(p['gpu_busy_fraction'])}, "
-        f"KV use mean {_num(p['kv_utilization']['mean'])} peak {_num(p['kv_utilization']['max'])}"
+        f"weights {p['weights']}, "
+        f"scheduler {(placement.get(name) or {}).get('scheduler') or scheduler}, "
+        f"busy {_percent(p['gpu_busy_fraction'])}%, KV use mean "
+        f"{_percent(p['kv_utilization']['mean'])}% peak {_percent(p['kv_utilization']['max'])}%"
         f", ${p['usd_per_hour']:,.2f}/hour"
         for name, p in ((n, pools[n]) for n in ("prefill", "decode"))
     ]
@@ -196,3 +261,71 @@ def _stability_lines(stability: dict | None) -> list[str]:
         else ""
     )
     return ["", f"stability:  {stability['verdict']} ({stability['reason']}){load}"]
+
+
+def _step_time_source(cfg: Mapping) -> str | None:
+    """Where the step-time model's figures come from, where a file gives them: the roofline's
+    terms fitted to benchmarks (``step_time.profile``, ``fleetcast calibrate --bench``), or a
+    calibrated model's profile (given, or the shipped one for the deployment). None for a model
+    whose figures are its config's (the roofline's defaults, a linear or constant model)."""
+    node = cfg.get("step_time") or {}
+    target, given = str(node.get("_target_", "")), node.get("profile")
+    if target.endswith(".RooflineStepTime") and given:
+        return f"roofline with the terms fitted in {given}{_bench_provenance(given)}"
+    if not target.endswith(".CalibratedStepTime"):
+        return None
+    if given:
+        return f"calibrated, the profile {given}{_profile_provenance(given)}"
+    prec = cfg["precision"]
+    name = profile_file_name(
+        cfg["model"]["name"],
+        cfg["hardware"]["name"],
+        prec["weights"],
+        prec["kv"],
+        node.get("backend", "vllm"),
+    )
+    return f"calibrated, the shipped profile {name}" + _profile_provenance(
+        shipped_profile_dir() / name
+    )
+
+
+def _bench_provenance(given: str) -> str:
+    """What a bench profile was fitted on, and its error on the runs it held out (or, with none
+    held out, on those it fitted), in parentheses; "" where the file cannot be read now."""
+    try:
+        profile = BenchProfile.load(resolve_path(given, "step_time.profile"))
+    except (ConfigError, OSError):
+        return ""
+    files = list(dict.fromkeys(Path(str(run.get("file", "?"))).name for run in profile.runs))
+    held_out = sum(bool(run.get("held_out")) for run in profile.runs)
+    said = [
+        f"fleetcast calibrate --bench on {len(profile.runs)} benchmark run(s), "
+        f"{held_out} held out: {', '.join(files)}"
+    ]
+    part = "held_out" if "held_out" in profile.error else "fit"
+    errors = (profile.error.get(part) or {}).get("calibrated") or {}
+    shown = [
+        f"{label} {100 * errors[metric]['mape']:.1f}%"
+        for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"))
+        if metric in errors
+    ]
+    if shown:
+        where = "held-out" if part == "held_out" else "fitted"
+        said.append(f"error on the {where} runs {', '.join(shown)}")
+    if profile.provenance.get("created"):
+        said.append(f"created {profile.provenance['created']}")
+    return f" ({'; '.join(said)})"
+
+
+def _profile_provenance(path: str | Path) -> str:
+    """How a calibrated profile was made and from which files, in parentheses; "" where the file
+    cannot be read now."""
+    try:
+        provenance = Profile.load(resolve_path(str(path), "step_time.profile")).provenance
+    except (ConfigError, OSError):
+        return ""
+    sources = [str(s.get("path", "?")) for s in provenance.get("sources") or []]
+    said = [f"{provenance.get('method', 'fitted')}: {', '.join(sources)}" if sources else ""]
+    if provenance.get("created"):
+        said.append(f"created {provenance['created']}")
+    return f" ({'; '.join(x for x in said if x)})" if any(said) else ""

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from sim.catalog.hardware import GPU
 from sim.errors import ConfigError
-from sim.output.cost import TIERS, CostConfig, fleet_cost, gpu_price
+from sim.output.cost import TIERS, CostConfig, fleet_cost, gpu_price, split_by_pool
 from sim.resources import config_dir
 from sim.run import simulate
 from tests.support import compose, option
@@ -118,6 +118,16 @@ def test_zero_denominators_give_none():
     no_good = fleet_cost(cost_config(), TEST_GPU, **{**HAND, "good_requests": 0})
     assert no_good["usd_per_thousand_good_requests"] is None
     assert no_good["usd_per_million_output_tokens"] is not None
+
+
+def test_a_disaggregated_bill_split_by_pool_adds_up_to_the_bill():
+    # $36/hour of prefill over 3,600 prompt tokens/s, $144/hour of decode over 400 output
+    per_input, per_output = split_by_pool(36.0, 144.0, 3600.0, 400.0)
+    assert per_input == pytest.approx(36.0 / 3600 * 1e6 / 3600)  # $2.78 per million
+    assert per_output == pytest.approx(100.0)
+    # each token kind at its price pays the whole bill, $180/hour, and nothing twice
+    assert 3600.0 * per_input + 400.0 * per_output == pytest.approx(180.0 / 3600 * 1e6)
+    assert split_by_pool(36.0, 144.0, 0.0, None) == (None, None)  # no tokens: no figure
 
 
 def test_tiers_order_for_every_listed_gpu():

@@ -7,9 +7,10 @@ import copy
 
 import pytest
 
+from sim.engine.step_time.bench_profile import BenchProfile, deployment_key
 from sim.output.summary_table import format_summary
 from sim.run import simulate
-from tests.support import compose
+from tests.support import compose, deployment
 
 TINY = [
     "workload=poisson",
@@ -411,3 +412,147 @@ def test_formatting_leaves_its_inputs_alone():
     before = copy.deepcopy((s, cfg))
     format_summary(s, cfg, output_dir="x", choices={"router": "r"})
     assert (s, cfg) == before
+
+
+# --- where the step-time model's figures come from -----------------------------------------
+
+
+def test_a_run_with_a_bench_profile_names_it_and_what_it_was_fitted_on(tmp_path):
+    profile = BenchProfile(
+        terms={"step_overhead_s": 0.0043, "compute_efficiency": 0.71},
+        fitted_for=[deployment_key(deployment())],
+        runs=[
+            {"file": "/bench/a.json", "index": 0, "held_out": False},
+            {"file": "/bench/a.json", "index": 1, "held_out": False},
+            {"file": "/bench/b.json", "index": 0, "held_out": True},
+        ],
+        error={
+            "fit": {"calibrated": {"ttft": {"mape": 0.01}, "tpot": {"mape": 0.02}}},
+            "held_out": {"calibrated": {"ttft": {"mape": 0.1234}, "tpot": {"mape": 0.045}}},
+        },
+        provenance={"created": "2026-12-01T09:00:00Z"},
+    )
+    path = profile.save(tmp_path / "p.json")
+    run = simulate(compose(*TINY, f"step_time.profile={path}"))
+    text = format_summary(run.summary, run.config, choices={"step_time": "roofline"})
+    lines = text.splitlines()
+    assert lines[0].endswith("step time roofline")
+    assert lines[1] == (
+        f"step time:  roofline with the terms fitted in {path} (fleetcast calibrate --bench on "
+        "3 benchmark run(s), 1 held out: a.json, b.json; error on the held-out runs TTFT 12.3%, "
+        "TPOT 4.5%; created 2026-12-01T09:00:00Z)"
+    )
+    path.unlink()  # a profile gone since the run: still named, without what it said
+    assert format_summary(run.summary, run.config).splitlines()[1] == (
+        f"step time:  roofline with the terms fitted in {path}"
+    )
+
+
+def test_a_calibrated_run_names_its_shipped_profile_or_the_given_one(tmp_path):
+    cfg = hand_config()
+    cfg["model"]["name"], cfg["hardware"]["name"] = "meta-llama/Llama-3.1-8B", "H100-SXM"
+    cfg["precision"] = {"weights": "bf16", "kv": "bf16"}
+    cfg["step_time"] = {
+        "_target_": "sim.engine.step_time.calibrated.CalibratedStepTime",
+        "backend": "trtllm",
+        "profile": None,
+    }
+    assert format_summary(hand_summary(), cfg).splitlines()[1] == (
+        "step time:  calibrated, the shipped profile "
+        "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json (kernel tables: "
+        "aic_measured_gemm_llama31_8b_shapes.csv, aic_measured_context_attention_llama31_8b.csv, "
+        "aic_measured_generation_attention_llama31_8b.csv; created 2026-11-29)"
+    )
+    cfg["step_time"]["profile"] = str(tmp_path / "mine.json")  # (not there: named only)
+    assert format_summary(hand_summary(), cfg).splitlines()[1] == (
+        f"step time:  calibrated, the profile {tmp_path / 'mine.json'}"
+    )
+
+
+def test_a_roofline_without_a_profile_has_no_source_line(run):
+    cfg = copy.deepcopy(run.config)
+    cfg["step_time"] = {"_target_": "sim.engine.step_time.roofline.RooflineStepTime"}
+    assert not any(
+        ln.startswith("step time:") for ln in format_summary(run.summary, cfg).split("\n")
+    )
+
+
+# --- the prefix cache and a disaggregated fleet ---------------------------------------------
+
+
+PREFIX_CACHE = {
+    "hit_rate_tokens": 0.25,
+    "hit_rate_blocks": 0.24,
+    "looked_up_tokens": 40_000,
+    "hit_tokens": 10_000,
+    "looked_up_blocks": 2_500,
+    "hit_blocks": 600,
+    "registered_blocks": 1_900,
+    "evicted_blocks": 1_234,
+}
+
+
+def test_prefix_cache_line_gives_the_hit_rate_after_the_kv_line():
+    s = hand_summary()
+    assert "prefix cache:" not in format_summary(s, hand_config())  # off: no line
+    s["prefix_cache"] = dict(PREFIX_CACHE)
+    lines = format_summary(s, hand_config()).splitlines()
+    at = lines.index(line("\n".join(lines), "prefix cache:"))
+    assert lines[at - 1].startswith("KV cache:") and lines[at + 1].startswith("cost:")
+    assert lines[at] == (
+        "prefix cache: 25% of prompt tokens found cached (10,000 of 40,000 looked up), "
+        "1,234 blocks evicted"
+    )
+    s["prefix_cache"].update(
+        host_hit_tokens=4_000, host_stored_blocks=300, host_loaded_blocks=250, host_evicted_blocks=0
+    )
+    assert line(format_summary(s, hand_config()), "prefix cache:").endswith(
+        "1,234 blocks evicted; host tier: 4,000 of the hit tokens, 300 blocks stored, 250 loaded"
+    )
+
+
+def pool(replicas: int, usd_per_hour: float, busy: float, kv_mean: float, kv_max: float) -> dict:
+    return {
+        "replicas": replicas,
+        "gpu": "GPU-X",
+        "gpus_per_replica": 4,
+        "weights": "fp8",
+        "scheduler": "MySched",  # (the class: the table names the config's name)
+        "usd_per_hour": usd_per_hour,
+        "gpu_busy_fraction": busy,
+        "kv_utilization": {"mean": kv_mean, "max": kv_max},
+    }
+
+
+def test_disaggregated_cost_is_split_by_pool_and_pool_lines_use_percent():
+    s = hand_summary()
+    # 3,600 input and 400 output tokens a second; $36/hour of prefill, $144/hour of decode
+    s["throughput"] = {
+        "requests_per_s": 4.0,
+        "output_tokens_per_s": 400.0,
+        "total_tokens_per_s": 4000.0,
+    }
+    s["cost"] = {"usd_per_hour": 180.0, "usd_per_million_output_tokens": 125.0}
+    s["disaggregation"] = {
+        "prefill": pool(1, 36.0, 0.081, 0.0039, 0.0118),
+        "decode": pool(4, 144.0, 0.86, 0.0079, 0.5),
+        "kv_link": {"name": "nvlink", "gb_per_s": 450.0, "parallel_links": 4, "overlap": True},
+        "transfers": 12,
+        "transfer_s": {"p50": 0.001, "p99": 0.002},
+        "transfer_wait_s": {"p50": 0.0, "p99": 0.0001},
+    }
+    cfg = hand_config(mode="disaggregated", prefill={"scheduler": "sglang"}, decode={})
+    text = format_summary(s, cfg, choices={"scheduler": "vllm"})
+    at = text.splitlines().index(line(text, "cost:"))
+    # $36/hour = 0.01 $/s over 3,600 input tokens/s; $144/hour = 0.04 $/s over 400 output
+    assert text.splitlines()[at : at + 4] == [
+        "cost:       $180.00/hour, $2.78 per million input tokens (the prefill pool's "
+        "$36.00/hour over them), $100 per million output tokens (the decode pool's $144.00/hour "
+        "over them)",
+        "            (all of the bill over the output tokens, as a fleet without pools is "
+        "quoted: $125 per million)",
+        "prefill pool: 1 x 4 GPU-X, weights fp8, scheduler sglang, busy 8.1%, KV use mean 0.39% "
+        "peak 1.18%, $36.00/hour",
+        "decode pool:  4 x 4 GPU-X, weights fp8, scheduler vllm, busy 86%, KV use mean 0.79% "
+        "peak 50%, $144.00/hour",
+    ]
