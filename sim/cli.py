@@ -456,6 +456,8 @@ def _overrides(argv: list[str]) -> list[str]:
     """The overrides of a Hydra command line, its flags and their values (``--cfg job``) left
     out, as Hydra's own parser reads them (it ends a command line it cannot read with its
     usage, exit status 2, as Hydra would)."""
+    # (Hydra's parser is not public API; it is the only definition of which flags take a
+    # value, and the runner this command line goes to parses it the same way)
     from hydra._internal.utils import get_args_parser
 
     args = get_args_parser().parse_args(argv)
@@ -479,20 +481,24 @@ def _help(argv: list[str]) -> bool:
     if command == "run":  # (Hydra's help would print its own banner and the whole config)
         from sim.config.compose import group_options
 
-        groups = sorted(p.name for p in config_dir().iterdir() if p.is_dir() and p.name != "hydra")
+        groups = {
+            p.name: group_options(p.name)
+            for p in sorted(config_dir().iterdir())
+            if p.is_dir() and p.name != "hydra"  # (Hydra's own: its launchers)
+        }
         listed = [
             textwrap.fill(
-                f"{g}: {', '.join(group_options(g))}",
+                f"{group}: {', '.join(options)}",
                 HELP_WIDTH,
                 initial_indent="  ",
                 subsequent_indent="    ",
             )
-            for g in groups
-            if group_options(g)
+            for group, options in groups.items()
+            if options
         ]
         print(RUN_USAGE + "\n".join(listed))
         return True
-    if command == "memory":  # (its overrides are Hydra's, which has no help of its own here)
+    if command == "memory":  # (composed by Hydra's API, which would read --help as an override)
         print(MEMORY_USAGE, end="")
         return True
     printed = io.StringIO()
