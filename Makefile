@@ -56,7 +56,7 @@ lint: $(VENV)/.installed-test
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-# Ray pins an older cloudpickle than joblib 1.6 wants: its own environment (docs/ray.md)
+# Ray pins an older cloudpickle than joblib 1.6 wants: its own environment (docs/how-to/sweeps-on-ray.md)
 $(VENV_RAY)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV_RAY)
 	$(PY_RAY) -m pip install --quiet --upgrade pip

@@ -1,4 +1,4 @@
-"""Sweeps on a Ray cluster: ``fleetcast -m hydra/launcher=ray ...`` (docs/ray.md).
+"""Sweeps on a Ray cluster: ``fleetcast -m hydra/launcher=ray ...`` (docs/how-to/sweeps-on-ray.md).
 
 The test starts its own single-node Ray instance (``ray start --head --block`` in a process
 group of its own, token authentication with a throwaway token, no dashboard, no usage stats),
@@ -6,7 +6,7 @@ points the launcher at its address, runs a 2-job sweep through the command line 
 jobs' files. The Ray instance is stopped by signalling that one process group, never with
 ``ray stop`` (which would stop every Ray instance of the user on the machine).
 
-Skipped unless the Ray extra is installed (its own environment: docs/ray.md):
+Skipped unless the Ray extra is installed (its own environment: docs/how-to/sweeps-on-ray.md):
 
     python3 -m venv .venv-ray && .venv-ray/bin/pip install -e '.[test,ray]'
     .venv-ray/bin/python -m pytest -q tests/sweeps/test_ray_launcher.py
