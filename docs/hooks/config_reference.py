@@ -342,6 +342,20 @@ def _covered(key: str, listed: set[str]) -> bool:
     return key in listed or any(name.startswith(f"{key}.") for name in listed)
 
 
+TARGET_MEANING = "the class that runs this option"
+
+
+def _known_meanings(opts: list[Option], accepted: dict[str, Key]) -> dict[str, str]:
+    """A meaning for a key its own file leaves uncommented: the schema's comment, else the
+    comment another option of the group gives the same key."""
+    known = {k.name: k.meaning for opt in reversed(opts) for k in opt.keys if k.meaning}
+    known.update({name: k.meaning for name, k in accepted.items() if k.meaning})
+    known.update(
+        {k.name: TARGET_MEANING for opt in opts for k in opt.keys if k.name.endswith("._target_")}
+    )
+    return known
+
+
 def render() -> str:
     """The generated part of reference/config.md."""
     schemas = group_schemas()
@@ -351,14 +365,18 @@ def render() -> str:
         out += [f"## {group}", ""]
         names = ", ".join(f"`{group}={o.name}`" for o in opts)
         out += [f"Options (`configs/{group}/`): {names}.", ""]
+        accepted = accepted_keys(group, schemas.get(group, []))
+        known = _known_meanings(opts, accepted)
         listed: set[str] = set()
         for opt in opts:
             out += [f"### {group}={opt.name}", ""]
             if opt.header:
                 out += [opt.header, ""]
-            out += [*_table(opt.keys), ""]
+            keys = [
+                k if k.meaning else Key(k.name, k.default, known.get(k.name, "")) for k in opt.keys
+            ]
+            out += [*_table(keys), ""]
             listed |= {k.name for k in opt.keys}
-        accepted = accepted_keys(group, schemas.get(group, []))
         extra = [k for name, k in accepted.items() if not _covered(name, listed)]
         if extra:
             out += [
