@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -393,3 +394,39 @@ def test_every_nav_link_opens_a_page_with_a_heading_and_no_console_error(built_s
     assert visited["reference/config/"] == "Configuration"
     # the generated tables are in the pages: a group's options each, every output table
     assert tables["reference/config/"] > 50 and tables["reference/outputs/"] >= 8
+
+
+# -- examples -----------------------------------------------------------------------------------
+
+
+def _examples(text: str) -> list[tuple[list[str], str]]:
+    """Each ``$ fleetcast ARGS`` in a page's code blocks, with what it prints up to the next
+    prompt or the block's end (a ``# comment`` after the command is left out)."""
+    examples = []
+    for block in re.findall(r"^```(?:text)?\n(.*?)^```", text, flags=re.S | re.M):
+        for command, printed in re.findall(r"^\$ fleetcast (.*)\n((?:(?!\$ ).*\n?)*)", block, re.M):
+            examples.append((shlex.split(command.split("  #")[0]), printed.strip()))
+    return examples
+
+
+ERRORS_PAGE = REPO_ROOT / "docs" / "reference" / "errors.md"
+
+
+@pytest.mark.parametrize(
+    ("args", "printed"), _examples(ERRORS_PAGE.read_text()), ids=lambda v: " ".join(v)[:60]
+)
+def test_each_example_of_the_errors_page_prints_its_line_and_exits_2(args, printed, tmp_path):
+    # the trace example's file: its row 2 has a prompt length that is not a number
+    (tmp_path / "t.csv").write_text(
+        "arrival_time_s,prompt_tokens,output_tokens\n0.0,100,10\n0.5,abc,10\n"
+    )
+    done = fleetcast(*args, cwd=tmp_path)
+    assert (done.returncode, done.stderr.strip(), done.stdout) == (2, printed, "")
+
+
+def test_the_readme_first_run_prints_what_the_readme_shows(tmp_path):
+    readme = (REPO_ROOT / "README.md").read_text()
+    args, printed = next(e for e in _examples(readme) if "output_dir=runs/first" in e[0])
+    done = fleetcast(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == printed
