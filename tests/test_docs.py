@@ -412,8 +412,11 @@ def _examples(text: str) -> list[tuple[list[str], str]]:
 ERRORS_PAGE = REPO_ROOT / "docs" / "reference" / "errors.md"
 
 
+ERROR_EXAMPLES = _examples(ERRORS_PAGE.read_text())
+
+
 @pytest.mark.parametrize(
-    ("args", "printed"), _examples(ERRORS_PAGE.read_text()), ids=lambda v: " ".join(v)[:60]
+    ("args", "printed"), ERROR_EXAMPLES, ids=[" ".join(args) for args, _ in ERROR_EXAMPLES]
 )
 def test_each_example_of_the_errors_page_prints_its_line_and_exits_2(args, printed, tmp_path):
     # the trace example's file: its row 2 has a prompt length that is not a number
