@@ -25,11 +25,10 @@ HELP_TIMEOUT_S = 120  # a --help that has not answered by then is a hang, not a 
 OVERRIDE_COMMANDS = {
     "run": "simulate one configuration: `fleetcast [run] [KEY=VALUE ...]`. Every key of the "
     "[config reference](config.md) can be set; `-m` with comma-separated values runs a sweep "
-    "(one run per combination, on the local cores by default), and Hydra's own flags apply "
-    "(`--cfg job` prints the composed config without running).",
-    "memory": "print one replica's memory plan (weights, activations, KV blocks) for the same "
-    "overrides a run takes: `fleetcast memory [KEY=VALUE ...]` (`memory.request_tokens=N` adds "
-    "one request's footprint).",
+    "(one run per combination, on the local cores by default; see [sweeps](../how-to/sweeps.md)).",
+    "memory": "print one replica's memory plan (weights, reserve, KV blocks and tokens, how many "
+    "requests fit at once) for the same overrides a run takes: `fleetcast memory [KEY=VALUE ...]` "
+    "(`memory.request_tokens=N`: how many requests of N tokens fit).",
 }
 # a command whose help is its subcommand's
 HELP_ARGV = {"model": ["model", "import", "--help"]}
