@@ -352,13 +352,22 @@ def test_the_nav_names_every_page_of_the_docs_once():
     assert set(pages) == on_disk
 
 
-def test_every_nav_link_opens_a_page_with_a_heading_and_no_console_error(built_site):
-    sync_api = pytest.importorskip(
+@pytest.fixture(scope="module")  # the same scope as built_site: asked first, set up first
+def chromium() -> str:
+    """Debian's Chromium for Playwright (which cannot download its own browsers here)."""
+    pytest.importorskip(
         "playwright.sync_api", reason="playwright is not installed (the test extra has it)"
     )
-    chromium = shutil.which("chromium")
-    if chromium is None:
+    path = shutil.which("chromium")
+    if path is None:
         pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
+    return path
+
+
+# chromium before built_site: a machine without a browser skips before building
+def test_every_nav_link_opens_a_page_with_a_heading_and_no_console_error(chromium, built_site):
+    from playwright import sync_api
+
     handler = partial(QuietHandler, directory=str(built_site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
