@@ -6,6 +6,7 @@
 # make compiled  the compiled build (FLEETCAST_COMPILE=1: the loop's modules compiled with
 #                mypyc) in a copy of the tree, build/compiled (a C compiler is needed)
 # make test-compiled  the suite against it
+# make docs      the documentation site into site/ (mkdocs build --strict: a broken link fails)
 # make bench     print the benchmark figures: speed, scale, start-up, sweep throughput, fidelity
 #                (calibrated, and the roofline alone on the 177 runs and the harness samples)
 
@@ -22,7 +23,7 @@ PY_RAY := $(VENV_RAY)/bin/python
 # is a multi-GB CUDA build). Without it those tests are skipped and say why.
 TORCH_CPU := 'torch==2.13.0+cpu' --extra-index-url https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-deep lint test-ray compiled test-compiled bench clean
+.PHONY: demo test test-deep lint test-ray compiled test-compiled bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +81,14 @@ compiled: $(VENV)/.installed-test
 test-compiled: compiled
 	cd $(COMPILED) && FLEETCAST_COMPILE=1 PYTHONPATH=$(COMPILED) $(abspath $(PY)) -m pytest -q -n 2 tests
 
+$(VENV)/.installed-docs: pyproject.toml setup.py | $(PY)
+	$(PIP) -e '.[docs]'
+	touch $(VENV)/.installed-run $@
+
+# the reference pages are written from the code as the site builds (docs/hooks/)
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+
 bench: $(VENV)/.installed-test
 	$(PY) benchmarks/bench_speed.py
 	$(PY) benchmarks/bench_scale.py
@@ -90,4 +99,4 @@ bench: $(VENV)/.installed-test
 	$(PY) benchmarks/fidelity_harness.py
 
 clean:
-	rm -rf $(VENV) $(VENV_RAY) outputs multirun .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(VENV_RAY) outputs multirun .pytest_cache .mypy_cache .ruff_cache build site *.egg-info

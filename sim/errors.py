@@ -1,9 +1,9 @@
 """The one exception users see: a bad input, named by its config field and value.
 
-Three failure modes exist in Fleetcast (GUIDE section 4): bad input raises ``ConfigError`` at
-the boundary, an expected shortage (no free KV blocks now) returns ``None``, and a broken
-invariant is an ``AssertionError`` with a message. Only the first is meant for users, so the CLI
-prints it as a single line and exits non-zero.
+Three failure modes exist in Fleetcast (docs/explanation/architecture.md, Conventions): bad input
+raises ``ConfigError`` at the boundary, an expected shortage (no free KV blocks now) returns
+``None``, and a broken invariant is an ``AssertionError`` with a message. Only the first is meant
+for users, so the CLI prints it as a single line and exits non-zero.
 """
 
 

@@ -2,8 +2,8 @@
 
 ``sim.config.build`` checks a policy's options against its constructor (names, defaults, types),
 and the roofline reads its own keyword defaults. Python keeps both on a plain class. A class
-compiled with mypyc (the optional compiled build, ``FLEETCAST_COMPILE=1``, see the README's
-Speed section) keeps no annotations, and the text signature mypyc gives it loses keyword-only
+compiled with mypyc (the optional compiled build, ``FLEETCAST_COMPILE=1``, see
+docs/benchmarks.md) keeps no annotations, and the text signature mypyc gives it loses keyword-only
 parameters and ``**`` catch-alls. For such a class the constructor is read from its module's
 source, which the compiled build ships beside the extension module, and compiled as an empty
 stub in the module's namespace: the same signature and the same annotations, resolved the same

@@ -1,4 +1,4 @@
-"""The interface contract (GUIDE section 3) and the invariants every correct run keeps.
+"""The output contract (docs/reference/outputs.md) and the invariants every correct run keeps.
 
 ``run_problems(run_dir)`` checks a run folder as users' scripts read it: the four files, their
 columns, and what must hold between them. ``table_problems(requests, steps, summary, ...)``

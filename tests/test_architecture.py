@@ -1,8 +1,9 @@
 """The layout keeps its promises: imports point down the data flow, SimPy stays in the fleet,
 optional extras stay in the packages that need them, every package says what it holds and may
-import, the README's layout names every module, and tests/ mirrors sim/.
+import, the documented layout (docs/explanation/architecture.md) names every module, and tests/
+mirrors sim/.
 
-The rules are the table below, the same as each package's docstring and the README's layout.
+The rules are the table below, the same as each package's docstring and the documented layout.
 """
 
 from __future__ import annotations
@@ -171,10 +172,14 @@ def test_every_package_says_what_it_holds_and_what_it_may_import(package):
     assert "May import" in doc, f"sim/{package.name}: the docstring does not say what it may import"
 
 
-def _readme_layout() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+ARCHITECTURE_PAGE = REPO_ROOT / "docs" / "explanation" / "architecture.md"
+
+
+def _documented_layout() -> str:
+    """The '## Layout' section of the architecture page."""
+    text = ARCHITECTURE_PAGE.read_text()
     match = re.search(r"^## Layout\n(.*?)(?=^## )", text, flags=re.S | re.M)
-    assert match, "README.md has no '## Layout' section"
+    assert match, f"{ARCHITECTURE_PAGE.relative_to(REPO_ROOT)} has no '## Layout' section"
     return match.group(1)
 
 
@@ -183,10 +188,11 @@ def _readme_layout() -> str:
     [p for p in _modules() if p.name not in ("__init__.py", "__main__.py")],
     ids=lambda p: str(p.relative_to(SIM)),
 )
-def test_the_readme_layout_names_every_module(path):
-    layout = _readme_layout()
+def test_the_documented_layout_names_every_module(path):
+    layout = _documented_layout()
     assert re.search(rf"\b{re.escape(path.name)}\b", layout), (
-        f"README.md's layout does not name sim/{path.relative_to(SIM)} as {path.name}"
+        f"{ARCHITECTURE_PAGE.relative_to(REPO_ROOT)}'s layout does not name "
+        f"sim/{path.relative_to(SIM)} as {path.name}"
     )
 
 

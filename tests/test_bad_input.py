@@ -1,6 +1,7 @@
-"""The README's promise about bad input, row by row: every bad config value and every malformed
-trace below stops ``fleetcast`` with exit status 2 and one line on stderr, ``error: `` and then
-the field (or the trace file) with its value, no traceback, and no summary.json.
+"""The promise about bad input (docs/reference/errors.md), row by row: every bad config value and
+every malformed trace below stops ``fleetcast`` with exit status 2 and one line on stderr,
+``error: `` and then the field (or the trace file) with its value, no traceback, and no
+summary.json.
 
 The rows run in this process (``sim.cli.main``, as the command calls it); a few run as real
 subprocesses too, where an uncaught exception would print a traceback.

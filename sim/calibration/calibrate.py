@@ -31,7 +31,7 @@ from sim.engine.step_time.profile import Profile, profile_file_name, shipped_pro
 from sim.errors import ConfigError, require
 
 # The per-step engine overhead the shipped kernel profiles carry, fitted on 89 measured serving
-# runs by benchmarks/fidelity.py --fit (README, "Calibrated step times"); named here only to
+# runs by benchmarks/fidelity.py --fit (docs/explanation/fidelity.md); named here only to
 # tell a user what a sensible --c0 is.
 SHIPPED_C0_S = 0.001
 

@@ -31,7 +31,7 @@ as built; the CSV records the layer count, it does not scale the times.
 
 The per-step CSV (what ``fleetcast calibrate`` reads; produce it from your own engine's step
 logs too). One row per measured step; the first five columns are the ``linear`` step-time
-contract (GUIDE section 3), the rest describe where the row came from:
+contract (docs/reference/config.md), the rest describe where the row came from:
 
     num_prefill_tokens  P: prompt tokens computed in the step (all prefill chunks)
     num_decode_seqs     D: sequences that each decode one token in the step

@@ -1,12 +1,12 @@
 """Fitting a profile to a per-step CSV anyone can record: ``fleetcast calibrate --steps FILE``.
 
 The file has one row per engine step with the columns ``num_prefill_tokens`` (P),
-``num_decode_seqs`` (D), ``prefill_attn`` (Ap: sum over prefill chunks of chunk × (context
-before the chunk + chunk)), ``decode_context`` (Ad: sum over decoding sequences of their
-context, the new token included) and ``step_time_s``: the GUIDE's linear contract, measured (the
-columns are ``StepShape``'s fields). ``fleetcast profile`` writes such a file from PyTorch; any
-engine's step log can be turned into one. The fit is non-negative least squares (SciPy), rows
-weighted by 1/time, so every coefficient is a cost and more work is never faster.
+``num_decode_seqs`` (D), ``prefill_attn`` (Ap: sum over prefill chunks of chunk × (context before
+the chunk + chunk)), ``decode_context`` (Ad: sum over decoding sequences of their context, the new
+token included) and ``step_time_s``: the linear step time's contract (docs/reference/config.md),
+measured (the columns are ``StepShape``'s fields). ``fleetcast profile`` writes such a file from
+PyTorch; any engine's step log can be turned into one. The fit is non-negative least squares
+(SciPy), rows weighted by 1/time, so every coefficient is a cost and more work is never faster.
 
 For a mixture-of-experts model the fit has one more column, the share of the routed experts the
 step's P + D tokens touch (``ModelSpec.expected_experts_touched``), whose coefficient is

@@ -1,9 +1,9 @@
 """Composing configs outside a Hydra run, and checking command-line overrides before Hydra does.
 
-Configs live in ``configs/`` (package data, ``sim.resources.config_dir``), one folder per
-swappable concern (GUIDE section 4). ``compose_config`` gives the resolved config the ``memory``,
-``calibrate`` and ``plan`` commands and the benchmarks need; ``check_overrides`` refuses an
-unknown group option or key in one line, before Hydra would in several.
+Configs live in ``configs/`` (package data, ``sim.resources.config_dir``), one folder per swappable
+concern (docs/explanation/architecture.md). ``compose_config`` gives the resolved config the
+``memory``, ``calibrate`` and ``plan`` commands and the benchmarks need; ``check_overrides`` refuses
+an unknown group option or key in one line, before Hydra would in several.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A scheduler decides who advances; the step's cost depends only on how much work that is, never on
 which requests they were, on the clock or on global state. Four numbers describe the work
-(GUIDE section 3, the ``linear`` model):
+(the ``linear`` model's, docs/reference/config.md):
 
 - ``num_prefill_tokens`` (P): tokens computed for requests that are not decoding (prompt chunks,
   and the recompute of a preempted request);

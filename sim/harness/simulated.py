@@ -1,9 +1,10 @@
 """A simulated run's figures in a harness's definitions, computed from its ``requests.parquet``.
 
 Each completed request of a run has an arrival (the harness's send time), a first-token time, a
-completion (its last token) and an output length, the columns GUIDE section 3 names. From them
-every per-request ``Definition`` is exact: TTFT, E2E, vLLM's TPOT ``(e2e - ttft)/(out - 1)``
-(requests with one output token have none, as in vLLM), GuideLLM's ``(last - first)/out``.
+completion (its last token) and an output length, columns of requests.parquet
+(docs/reference/outputs.md). From them every per-request ``Definition`` is exact: TTFT, E2E, vLLM's
+TPOT ``(e2e - ttft)/(out - 1)`` (requests with one output token have none, as in vLLM), GuideLLM's
+``(last - first)/out``.
 
 A run folder keeps no time of the tokens between the first and the last, so ``POOLED_GAPS``
 (vLLM's and SGLang's ITL, AIPerf's chunk gaps) is built from each request's ``out - 1`` gaps

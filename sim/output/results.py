@@ -1,7 +1,7 @@
 """From a finished run to its files: requests.parquet, steps.parquet, summary.json.
 
-Tables have explicit pyarrow schemas (GUIDE section 3 names the columns). Latency metrics are
-defined once, here:
+Tables have explicit pyarrow schemas (docs/reference/outputs.md lists the columns). Latency metrics
+are defined once, here:
 
 - ``ttft_s``: arrival to first output token;
 - ``tpot_s``: vLLM's time per output token, ``(e2e − ttft) / (output_tokens − 1)``; null for
@@ -239,9 +239,9 @@ def summarize(
     scaling: tuple[ScalingLog, AutoscaleConfig] | None = None,
     billed: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """The summary.json object (GUIDE section 3), from the requests table (``column(name)``
-    gives one of its columns as numpy; each is read once and let go, so a long run's table need
-    not fit in memory whole) and the steps' totals.
+    """The summary.json object (docs/reference/outputs.md), from the requests table
+    (``column(name)`` gives one of its columns as numpy; each is read once and let go, so a long
+    run's table need not fit in memory whole) and the steps' totals.
 
     ``kv_capacity_tokens`` is per model (``model_id``): one entry for a fleet of one model.
     ``kv_capacity_tokens`` in the summary is the first model's pool.

@@ -1,4 +1,5 @@
-"""The files of a run's folder (GUIDE section 3): named once, written once, never half-written.
+"""The files of a run's folder (docs/reference/outputs.md): named once, written once, never
+half-written.
 
 Each file is written through a temporary file in the same folder (``.NAME.XXXX.partial``) and
 renamed into place, so a reader never sees half a file. A long run streams its tables into

@@ -4,10 +4,10 @@ error, the GPU price with its source and date, the Fleetcast versions, and the c
 produced the inputs and the report.
 
 Everything comes from the inputs' files (``config.yaml``, ``summary.json``), except what a run
-folder does not record: a calibrated step time's error is read from its profile (the shipped
-one in ``data/profiles/`` matching the deployment, or the file ``step_time.profile`` names),
-and the roofline's from the README's measurement, quoted below. A value the files do not give
-is said to be unknown, never guessed.
+folder does not record: a calibrated step time's error is read from its profile (the shipped one in
+``data/profiles/`` matching the deployment, or the file ``step_time.profile`` names), and the
+roofline's from docs/explanation/fidelity.md's measurement, quoted below. A value the files do not
+give is said to be unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from sim.report.answer import pools_text
 from sim.report.document import Table
 from sim.resources import data_dir, resolve_path
 
-# The README's "How close the roofline alone is": the roofline with its defaults against 177
-# measured TensorRT-LLM serving runs of Llama-3.1-8B on H100-SXM (benchmarks/fidelity.py
+# docs/explanation/fidelity.md, "How close the roofline alone is": the roofline with its defaults
+# against 177 measured TensorRT-LLM serving runs of Llama-3.1-8B on H100-SXM (benchmarks/fidelity.py
 # --roofline). Another model or GPU has no measured figure.
 ROOFLINE_MEASURED_ERROR = (
     "TTFT 22.1%, TPOT 11.5%, throughput 11.9% mean absolute error on 177 measured TRT-LLM runs "
-    "of Llama-3.1-8B on H100-SXM (README, 'How close the roofline alone is'); not measured for "
+    "of Llama-3.1-8B on H100-SXM (docs/explanation/fidelity.md); not measured for "
     "other models or GPUs"
 )
 # a profile's fields and the config keys that must match them (calibrated.py picks it so)

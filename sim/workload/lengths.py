@@ -18,9 +18,10 @@ A length field in the workload config is either an int (fixed length) or a mappi
   resamples that column with replacement, or with ``in_order: true`` gives request i the
   column's row i (cycling past the last row): a benchmark's own lengths replayed in order.
 
-A workload-level ``pattern:`` picks one of the GUIDE's four traffic shapes as lognormal presets
-and overrides both fields; see ``PATTERNS``. Left out: correlation between prompt and output
-length (real traces have some; replay a trace to keep it), and per-session structure.
+A workload-level ``pattern:`` picks one of the four traffic shapes (long or short prompts, long or
+short outputs; data/traces/README.md) as lognormal presets and overrides both fields; see
+``PATTERNS``. Left out: correlation between prompt and output length (real traces have some; replay
+a trace to keep it), and per-session structure.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class EmpiricalLength:
         return rng.choice(self.values, size=n, replace=True).astype(np.int64)
 
 
-# The GUIDE's four traffic shapes as lognormal presets. The trace README splits lengths at
+# The four traffic shapes as lognormal presets. The trace README splits lengths at
 # prompt 1024 / output 256 tokens ("fixed 1024/256"); each preset's median sits a factor 4 from
 # that threshold and its clip range [median/4, median*4] (sigma 0.5 puts ~0.3% on each bound)
 # keeps every draw on its side of the split, so the shape is guaranteed, not just likely.

@@ -2,7 +2,8 @@
 
 Options are discovered from ``configs/<group>/*.yaml``, so a new YAML file is tested the day it
 lands. Each run is tiny (20 requests, one replica). Model and hardware options are paired with
-a tensor-parallel degree that fits (GUIDE: a 70B model needs tp >= 2 on 80 GB GPUs).
+a tensor-parallel degree that fits (a 70B model's BF16 weights, 131 GiB, need tp >= 2 on 80 GB
+GPUs).
 """
 
 import numpy as np

@@ -25,7 +25,7 @@ from sim.signature import compiled
 
 # Interpreted, numpy's cost per call pays off from about 32 steps; in the compiled build (the
 # module is a C extension there) a step priced in a loop costs tens of nanoseconds, and numpy
-# pays off only for longer stretches (README, Speed). Either path gives the same floats.
+# pays off only for longer stretches (docs/benchmarks.md). Either path gives the same floats.
 VECTOR_MIN_STEPS = 128 if compiled(__file__) else 32
 """Stretches this long or longer are worked out with numpy, shorter ones with a Python loop.
 

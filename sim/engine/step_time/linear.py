@@ -1,4 +1,4 @@
-"""A step time linear in the plan's shape (GUIDE section 3):
+"""A step time linear in the plan's shape (docs/reference/config.md, the linear step time):
 
     t = c0 + c_prefill_token·P + c_decode_seq·D + c_prefill_attn·Ap + c_decode_attn·Ad
 

@@ -1,4 +1,4 @@
-"""The linear step time is the GUIDE's contract formula."""
+"""The linear step time is the contract formula of docs/reference/config.md."""
 
 import pytest
 
