@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from sim.output.summary_table import _num
+from sim.report.assumptions import option_name, pools_text
 from sim.report.day_plan import DayAnswer
 from sim.report.inputs import DayPlanInput, PlanInput, RunInput, SweepInput, varying
 from sim.report.intervals import CONFIDENCE, good_requests, wilson
@@ -46,10 +47,10 @@ def _gpus(count: object) -> str:
 
 def deployment_text(config: Mapping, summary: Mapping) -> str:
     """``4 x H100-SXM (TP 1, 4 GPUs) running meta-llama/Llama-3.1-8B at weights bf16, KV
-    bf16, scheduler VLLMScheduler``."""
+    bf16, scheduler vllm`` (policies by their config names, ``sim.report.choices``)."""
     fleet = config.get("fleet") or {}
     precision = config.get("precision") or {}
-    scheduler = str((config.get("scheduler") or {}).get("_target_", "?")).rsplit(".", 1)[-1]
+    scheduler = option_name("scheduler", (config.get("scheduler") or {}).get("_target_"))
     pp = f" x PP {fleet['pp']}" if (fleet.get("pp") or 1) > 1 else ""
     replicas = fleet.get("replicas", "?")
     gpus = _gpus(summary.get("num_gpus"))
@@ -69,17 +70,6 @@ def deployment_text(config: Mapping, summary: Mapping) -> str:
         f"(TP {fleet.get('tp', 1)}{pp}, {gpus}) running "
         f"{(config.get('model') or {}).get('name', '?')} at weights {precision.get('weights')}, "
         f"KV {precision.get('kv')}, scheduler {scheduler}"
-    )
-
-
-def pools_text(pools: Mapping, name: str) -> str:
-    """``1 prefill replica of 1 x H100-SXM (TP 1, weights bf16, VLLMScheduler)``: one pool
-    of a disaggregated run's summary block."""
-    pool = pools.get(name) or {}
-    return (
-        f"{pool.get('replicas', '?')} {name} replica(s) of {pool.get('gpus_per_replica', '?')} x "
-        f"{pool.get('gpu', '?')} (TP {pool.get('tp', '?')}, weights {pool.get('weights', '?')}, "
-        f"{pool.get('scheduler', '?')})"
     )
 
 

@@ -57,6 +57,10 @@ def test_a_run(run_report):
     for figure in ("workload.png", "kv_cache.png"):
         assert f"(report_files/{figure})" in markdown
     assert "| step-time model | roofline, uncalibrated: TTFT 22.1%" in markdown
+    # policies by the config names a user chooses them by, not their classes
+    assert "| scheduler | vllm (enable_chunked_prefill=True" in markdown
+    assert "| router | least_outstanding |" in markdown
+    assert "scheduler vllm served" in markdown and "Scheduler" not in markdown
     assert "| inputs produced by | fleetcast fleet.replicas=2 workload=poisson" in markdown
     assert f"| this report | fleetcast report {run_report} |" in markdown
     assert "data:image/png;base64," in html
