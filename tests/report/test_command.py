@@ -94,15 +94,53 @@ def test_a_plan(plan_folder):
     for figure in ("latency_vs_load.png", "cost.png"):
         assert f"(report_files/{figure})" in markdown
     assert "| rank | candidate | replicas | GPUs | $/hour |" in markdown
+    assert all(all(headings) for headings in headings(markdown)), headings(markdown)
+    assert "| runs | P(miss) |" in markdown and "P(miss): the share of its replications" in markdown
     assert "no workload or KV-cache figure" in markdown
     assert "| inputs produced by | fleetcast plan step_time=constant" in markdown
 
 
-def test_a_collected_sweep(sweep_folder):
+def headings(markdown: str) -> list[list[str]]:
+    """The column headings of each Markdown table."""
+    lines = markdown.splitlines()
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        for line, below in zip(lines, lines[1:], strict=False)
+        if line.startswith("| ") and below.startswith("|---")
+    ]
+
+
+def test_a_collected_sweep_ranks_each_run_only_against_runs_at_its_traffic(sweep_folder):
+    """The fixture's runs are 1 or 2 replicas at 10 or 40 req/s: one replica at 40 req/s is
+    the cheapest per token of all four, but it is cheaper only because it is busier."""
     _, markdown = report(sweep_folder)
     assert markdown.startswith("# Fleetcast report: sweep s\n\n## Answer\n\n> Of 4 runs")
-    for figure in ("latency_vs_load.png", "cost.png", "workload.png", "kv_cache.png"):
-        assert f"(report_files/{figure})" in markdown
+    for figure in ("latency_vs_load", "cost_1", "cost_2", "workload", "kv_cache"):
+        assert f"(report_files/{figure}.png)" in markdown
+    assert "A run is ranked only against the runs offered the same traffic." in markdown
+    assert "At workload.qps=10, " in markdown and "At workload.qps=40, " in markdown
+    points = markdown[markdown.index("## Points") : markdown.index("## Assumptions")]
+    tables = points.split("### Traffic ")[1:]
+    assert [t.splitlines()[0] for t in tables] == ["workload.qps=10", "workload.qps=40"]
+    for table in tables:
+        rows = [line for line in table.splitlines() if line.startswith("| ") and "rank" not in line]
+        # ranked within the traffic, each labelled by what differs in it: the fleet
+        assert [row.split(" | ")[:2] for row in rows] == [
+            ["| 1", "fleet.replicas=1"],
+            ["| 2", "fleet.replicas=2"],
+        ]
+    # every column of every table has a heading
+    assert all(all(headings) for headings in headings(markdown)), headings(markdown)
+    assert [
+        "rank",
+        "candidate",
+        "replicas",
+        "GPUs",
+        "$/hour",
+        "$/M output tokens [95% CI]",
+        "runs",
+        "SLO attainment",
+    ] in headings(markdown)
 
 
 def test_a_day_plan(day_folder):
