@@ -3,14 +3,13 @@ and the figure's bars each labelled with their value."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import pandas as pd
 
 from sim.report import costs
 from sim.report.answer import attainment_by_run, sweep_choices, traffic_groups
 from sim.report.costs import by_traffic, cost_figure, plan_costs, sweep_costs
 from sim.report.intervals import Interval
+from tests.report.conftest import keep_drawings
 
 # 1 or 2 replicas at 10 or 40 req/s, all keeping the SLO: per token, one replica at 40 req/s
 # is the cheapest of all four, because it is busier
@@ -91,16 +90,7 @@ def test_a_plan_keeps_its_own_order_and_heads_its_miss_probability():
 
 
 def test_every_bar_is_labelled_with_its_value(monkeypatch):
-    drawn = []
-    real = costs.drawing
-
-    @contextmanager
-    def keeping(*args, **kwargs):
-        with real(*args, **kwargs) as d:
-            drawn.append(d)
-            yield d
-
-    monkeypatch.setattr(costs, "drawing", keeping)
+    drawn = keep_drawings(monkeypatch, costs)
     shown = [
         costs.CandidateCost("a", 1, 1, 2.99, Interval(0.449, 0.115, 0.784), 2),
         costs.CandidateCost("b", 3, 3, 5.37, Interval(0.856, 0.856, 0.856), 1),

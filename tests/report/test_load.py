@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from sim.report import load
 from sim.report.load import load_figure, sweep_curves
+from tests.report.conftest import keep_drawings
 
 
 def runs() -> pd.DataFrame:
@@ -47,20 +49,7 @@ def test_fixed_fleets_are_loaded_per_replica_and_say_nothing_of_scaling():
 def test_each_candidate_gets_its_own_row_of_panels_with_three_lines(monkeypatch):
     """Five candidates at three loads: drawn together, 15 lines crowded two panels; as small
     multiples each of the ten panels holds its candidate's three percentiles."""
-    from contextlib import contextmanager
-
-    from sim.report import load
-
-    drawn = []
-    real = load.drawing
-
-    @contextmanager
-    def keeping(*args, **kwargs):
-        with real(*args, **kwargs) as d:
-            drawn.append(d)
-            yield d
-
-    monkeypatch.setattr(load, "drawing", keeping)
+    drawn = keep_drawings(monkeypatch, load)
     names = ["a", "b", "c", "d", "e"]
     rows = [
         {
