@@ -66,6 +66,7 @@ def _count(sweep_dir: Path, marker: str) -> int:
 # anything of the fleet. A run's cost is only comparable with runs at the same traffic: at 4x
 # the rate the same fleet serves 4x the tokens per dollar.
 TRAFFIC_KEYS = ("workload", "sim.arrival_rate_scale")
+UNKNOWN_TRAFFIC = "unknown (no readable config.yaml)"
 
 
 def is_traffic_key(key: str) -> bool:
@@ -97,16 +98,24 @@ def traffic_of(config: dict[str, Any]) -> dict[str, Any]:
 
 def traffic_labels(traffics: list[dict[str, Any]]) -> list[str]:
     """Each traffic named by the settings in which the traffics differ
-    (``workload.rate_scale=4.0``), in their order."""
-    keys = list(dict.fromkeys(k for t in traffics for k in t))
-    differ = [k for k in keys if len({json.dumps(t.get(k), sort_keys=True) for t in traffics}) > 1]
-    return [", ".join(f"{k}={t.get(k)}" for k in differ) for t in traffics]
+    (``workload.rate_scale=4.0``), in their order; an empty one (no readable config) is
+    ``UNKNOWN_TRAFFIC``."""
+    known = [t for t in traffics if t]
+    keys = list(dict.fromkeys(k for t in known for k in t))
+    differ = [k for k in keys if len({json.dumps(t.get(k), sort_keys=True) for t in known}) > 1]
+    return [
+        (", ".join(f"{k}={t.get(k)}" for k in differ) or "the sweep's") if t else UNKNOWN_TRAFFIC
+        for t in traffics
+    ]
 
 
 def _job_traffic(job: Path) -> dict[str, Any]:
-    """The job's traffic from its ``config.yaml`` (none recorded: ``{}``)."""
-    config_file = job / CONFIG_FILE
-    config = yaml.load(config_file.read_text(), yaml_loader()) if config_file.exists() else None
+    """The job's traffic from its ``config.yaml`` (none recorded, or unreadable: ``{}``, so
+    the ranking still prints)."""
+    try:
+        config = yaml.load((job / CONFIG_FILE).read_text(), yaml_loader())
+    except (OSError, yaml.YAMLError):
+        return {}
     return traffic_of(config) if isinstance(config, dict) else {}
 
 
@@ -132,11 +141,11 @@ def rank_table(
         traffic = _job_traffic(job)
         group = groups.setdefault(
             json.dumps(traffic, sort_keys=True),
-            {"traffic": traffic, "rows": [], "missed": 0, "unstable": 0},
+            {"traffic": traffic, "rows": [], "missed": 0, "unstable": 0, "overrides": {}},
         )
         overrides_file = job / ".hydra" / "overrides.yaml"
         overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
-        group.setdefault("overrides", []).append((job.name, list(overrides or [])))
+        group["overrides"][job.name] = list(overrides or [])
         if (s.get("stability") or {}).get("verdict") == "unstable":
             group["unstable"] += 1
             continue
@@ -177,8 +186,7 @@ def rank_table(
                 f"\ntraffic {label}: {len(rows)} meet the SLO; {group['missed']} miss it; "
                 f"{group['unstable']} unstable"
             )
-        names = dict(group["overrides"])
-        lines += _rank_rows(rows, names, keys, drop_traffic=several, width=width)
+        lines += _rank_rows(rows, group["overrides"], keys, drop_traffic=several, width=width)
         if len(rows) > width:
             lines.append(f"... and {len(rows) - width} more (fleetcast collect {sweep_dir})")
     return "\n".join(lines)

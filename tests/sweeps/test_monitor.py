@@ -200,3 +200,32 @@ def test_traffic_is_the_workload_and_the_arrival_rate_what_if():
         "sim.arrival_rate_scale": 1.0,
     }
     assert traffic_labels([{"a": 1, "b": 2}, {"a": 1, "b": 3}]) == ["b=2", "b=3"]
+    assert traffic_labels([{"a": 1}, {}]) == ["the sweep's", "unknown (no readable config.yaml)"]
+
+
+def test_each_traffic_gets_its_table_and_an_unreadable_config_still_ranks(tmp_path):
+    for name, rate, usd in (("0", 1.0, 6.0), ("1", 4.0, 3.0), ("2", 1.0, 3.0), ("3", 4.0, 6.0)):
+        _fake_job(
+            tmp_path,
+            name,
+            [f"fleet.replicas={int(usd / 3)}", f"sim.arrival_rate_scale={rate}"],
+            usd,
+            good=1.0,
+        )
+        (tmp_path / name / "config.yaml").write_text(
+            yaml.safe_dump(
+                {"workload": {"kind": "poisson", "qps": 2.0}, "sim": {"arrival_rate_scale": rate}}
+            )
+        )
+    _fake_job(tmp_path, "4", ["fleet.replicas=9"], 30.0, good=1.0)
+    (tmp_path / "4" / "config.yaml").write_text("workload: [unclosed\n")
+    table = rank_table(tmp_path, 0.99, keys={"fleet.replicas", "sim.arrival_rate_scale"})
+    heads = [line for line in table.splitlines() if line.startswith("traffic ")]
+    # the job without a readable config is a traffic of its own, not a crash
+    assert heads == [
+        "traffic sim.arrival_rate_scale=1.0: 2 meet the SLO; 0 miss it; 0 unstable",
+        "traffic sim.arrival_rate_scale=4.0: 2 meet the SLO; 0 miss it; 0 unstable",
+        "traffic unknown (no readable config.yaml): 1 meet the SLO; 0 miss it; 0 unstable",
+    ]
+    jobs = [line.split()[0] for line in table.splitlines() if line.strip()[:1].isdigit()][1:]
+    assert jobs == ["2", "0", "1", "3", "4"]
