@@ -211,8 +211,7 @@ def load_figure(curves: LoadCurves | None, name: str = "latency_vs_load") -> Fig
                 ax.set_ylabel(f"{label} (s, log)")
                 ax.set_xlabel("offered requests/s per replica" if row == len(groups) - 1 else "")
         _legend(d.axes[0][-1], curves)
-    knees = "; ".join(f"{g}: {_rate(at)}" for g, at in curves.knees.items()) or "none found"
-    operating = "; ".join(f"{g}: {_rate(at)}" for g, at in curves.operating) or "none"
+    knees = "" if curves.knees else " (none found)"
     left_out = (
         f" The first {len(groups)} of {len(every)} groups are drawn (those with an operating "
         "point, cheapest first, then the rest in order)."
@@ -224,8 +223,9 @@ def load_figure(curves: LoadCurves | None, name: str = "latency_vs_load") -> Fig
         "TTFT and TPOT percentiles against the offered load per replica"
         + ("" if len(every) == 1 else ", one row of panels per candidate")
         + " (lines: the mean over replications, shaded: their range). Solid vertical line and "
-        f"star: the operating point ({operating}); dotted: the knee, where the fleet stops "
-        f"keeping up ({knees}); dashed red: the SLO."
+        "star: the operating point; dotted: the knee, where the fleet stops keeping up"
+        f"{knees}; each line labelled with its load (req/s per replica): the operating point's at "
+        "the top, the knee's at the bottom. Dashed red: the SLO."
         + left_out
         + (
             f" {curves.scaled} autoscaled run(s): their load is over their mean replicas "
@@ -252,6 +252,21 @@ def _legend(ax: Any, curves: LoadCurves) -> None:
         labels.append(label)
     if handles:
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9)
+
+
+def _mark(ax: Any, at: float, where: str) -> None:
+    """The load ``at`` written on its vertical line, boxed so the line does not cross it: at
+    the ``top`` (the operating point) or the ``bottom`` (the knee), apart when they are close."""
+    ax.annotate(
+        f"{at:.3g}",
+        (at, 0.97 if where == "top" else 0.03),
+        xycoords=("data", "axes fraction"),
+        ha="center",
+        va="top" if where == "top" else "bottom",
+        fontsize=8,
+        color=MARK_COLOUR,
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+    )
 
 
 def _panel(
@@ -292,11 +307,14 @@ def _panel(
             va="bottom",
         )
     if group in curves.knees:
-        ax.axvline(curves.knees[group], color=MARK_COLOUR, linestyle=":", linewidth=1.5)
+        knee = curves.knees[group]
+        ax.axvline(knee, color=MARK_COLOUR, linestyle=":", linewidth=1.5)
+        _mark(ax, knee, "bottom")
     for where, at in curves.operating:
         if where != group:
             continue
         ax.axvline(at, color=MARK_COLOUR, linestyle="-", linewidth=0.8)
+        _mark(ax, at, "top")
         p99 = mine[mine["percentile"] == "p99"]
         near = p99.loc[(p99["load"] - at).abs() < 1e-9 * max(1.0, at), "seconds"]
         if len(near):
@@ -310,7 +328,3 @@ def _panel(
             )
     ax.set_yscale("log")
     plain_log_labels(ax.yaxis)
-
-
-def _rate(per_replica: float) -> str:
-    return "-" if not math.isfinite(per_replica) else f"{per_replica:.3g} req/s per replica"
