@@ -79,6 +79,8 @@ def test_each_candidate_gets_its_own_row_of_panels_with_three_lines(monkeypatch)
     for ax in axes.flat:
         drawn_lines = [line for line in ax.get_lines() if len(line.get_xdata()) == 3]
         assert len(drawn_lines) == 3, ax.get_title()
+    # the operating point's load written on its line, in its candidate's panels only
+    assert [t.get_text() for t in axes[0][0].texts] == ["2"] and not axes[1][0].texts
     labels = [t.get_text() for t in axes[0][1].get_legend().get_texts()]
     # one legend: the percentiles, and the marks the panels carry (no SLO, no knee here)
     assert labels == ["p50", "p90", "p99", "operating point"]
