@@ -53,6 +53,9 @@ LOAD_KEYS = {
 }
 PAST_THE_KNEE = ("near_saturation", "unstable")
 SLO_COLOUR = "#b2182b"  # dark red: apart from the curves' palette
+# the y axis runs at least to this times the highest SLO bound: on a log axis, room between the
+# SLO line's label and the loads written at the panel's top
+SLO_HEADROOM = 3.0
 MARK_COLOUR = "#4d4d4d"  # dark grey: the knee and the operating point, apart from the curves
 # one colour per percentile (seaborn's colorblind palette's first three), the same in every panel
 PERCENTILE_COLOURS = {"p50": "#0173b2", "p90": "#de8f05", "p99": "#029e73"}
@@ -328,3 +331,6 @@ def _panel(
             )
     ax.set_yscale("log")
     plain_log_labels(ax.yaxis)
+    lines = curves.bounds.get(metric, [])
+    if lines:  # room above the SLO line for its label, below the operating point's load
+        ax.set_ylim(top=max(ax.get_ylim()[1], SLO_HEADROOM * max(b for b, _ in lines)))
