@@ -12,19 +12,22 @@ the simulator before, never by simulating again.
 - ``traffic``: the workload: length histograms, the four traffic patterns, arrivals per
   minute;
 - ``kv_use``: KV-cache use and running requests over time, from ``steps.parquet``;
-- ``load``: latency percentiles against load per replica, the knee and the operating point;
-- ``costs``: cost per candidate with its interval, cheapest first;
+- ``load``: latency percentiles against load per replica, the knee and the operating point,
+  a row of panels per candidate;
+- ``costs``: cost per candidate with its interval, cheapest first (a sweep's within each
+  traffic);
 - ``scaling``: the fleet over the day: ``scaling.parquet`` and a day plan's three answers;
-- ``assumptions``: the table of what the figures assume (model, GPU, step-time model and its
-  measured error, prices with their source, versions, commands);
+- ``assumptions``: the table of what the figures assume (model, GPU, the scheduler and router
+  by their config names, step-time model and its measured error, prices with their source,
+  versions, commands);
 - ``plotting``: seaborn and matplotlib, imported when a figure is drawn (Agg backend, PNG);
 - ``document``: the report as blocks, rendered to HTML and Markdown, written atomically;
 - ``command``: ``fleetcast report``: the arguments, the sections of each kind of folder.
 
 May import: the basics, ``sim.output.run_files`` (the names of a run folder's files, atomic
 writes), ``sim.output.summary_table`` (the number format), ``sim.sweeps.monitor`` (SLO
-attainment, as the sweep ranks it), ``sim.plan.slo``, ``sim.plan.replications`` and
-``sim.plan.runs``/``sim.plan.rounds`` (a plan folder's SLO grammar, intervals and run folder
-names), and the ``report`` extra (seaborn, matplotlib, pandas). Never ``sim.engine`` or
-``sim.fleet``: reports read what runs wrote.
+attainment and the same traffic, as the sweep ranks them), ``sim.plan.slo``,
+``sim.plan.replications`` and ``sim.plan.runs``/``sim.plan.rounds`` (a plan folder's SLO
+grammar, intervals and run folder names), and the ``report`` extra (seaborn, matplotlib,
+pandas). Never ``sim.engine`` or ``sim.fleet``: reports read what runs wrote.
 """

@@ -9,7 +9,8 @@ Written from the inputs' numbers, in plain words:
   per million output tokens, each SLO statistic's interval over the replications, the
   probability of a miss, the headroom, and the next cheapest;
 - a sweep: the cheapest run that keeps SLO attainment at ``MIN_SLO_ATTAINMENT`` (as the sweep
-  ranks them), with its attainment's interval;
+  ranks them), with its attainment's interval; one per traffic when the sweep varied the
+  traffic (``traffic_groups``), a run being compared only with runs at its traffic;
 - a day plan: the cheapest of its three answers that keeps that attainment over the day, its
   $/day against sizing for the peak, the hours in which the plan's SLO (``plan.slo``) held,
   and its worst hour.
@@ -23,9 +24,11 @@ from typing import Any
 import pandas as pd
 
 from sim.output.summary_table import _num
+from sim.report.assumptions import option_name, pools_text
 from sim.report.day_plan import DayAnswer
-from sim.report.inputs import DayPlanInput, PlanInput, RunInput, SweepInput, varying
+from sim.report.inputs import DayPlanInput, PlanInput, RunInput, SweepInput, run_labels, varying
 from sim.report.intervals import CONFIDENCE, good_requests, wilson
+from sim.sweeps.monitor import is_traffic_key
 
 # the sweep monitor's default ranking threshold (hydra.callbacks.sweep_monitor.min_slo_attainment)
 MIN_SLO_ATTAINMENT = 0.99
@@ -46,10 +49,11 @@ def _gpus(count: object) -> str:
 
 def deployment_text(config: Mapping, summary: Mapping) -> str:
     """``4 x H100-SXM (TP 1, 4 GPUs) running meta-llama/Llama-3.1-8B at weights bf16, KV
-    bf16, scheduler VLLMScheduler``."""
+    bf16, scheduler vllm`` (policies by their config names:
+    ``sim.report.assumptions.option_name``)."""
     fleet = config.get("fleet") or {}
     precision = config.get("precision") or {}
-    scheduler = str((config.get("scheduler") or {}).get("_target_", "?")).rsplit(".", 1)[-1]
+    scheduler = option_name("scheduler", (config.get("scheduler") or {}).get("_target_"))
     pp = f" x PP {fleet['pp']}" if (fleet.get("pp") or 1) > 1 else ""
     replicas = fleet.get("replicas", "?")
     gpus = _gpus(summary.get("num_gpus"))
@@ -69,17 +73,6 @@ def deployment_text(config: Mapping, summary: Mapping) -> str:
         f"(TP {fleet.get('tp', 1)}{pp}, {gpus}) running "
         f"{(config.get('model') or {}).get('name', '?')} at weights {precision.get('weights')}, "
         f"KV {precision.get('kv')}, scheduler {scheduler}"
-    )
-
-
-def pools_text(pools: Mapping, name: str) -> str:
-    """``1 prefill replica of 1 x H100-SXM (TP 1, weights bf16, VLLMScheduler)``: one pool
-    of a disaggregated run's summary block."""
-    pool = pools.get(name) or {}
-    return (
-        f"{pool.get('replicas', '?')} {name} replica(s) of {pool.get('gpus_per_replica', '?')} x "
-        f"{pool.get('gpu', '?')} (TP {pool.get('tp', '?')}, weights {pool.get('weights', '?')}, "
-        f"{pool.get('scheduler', '?')})"
     )
 
 
@@ -236,6 +229,18 @@ def attainment_by_run(runs: pd.DataFrame) -> pd.Series:
     return runs.apply(share, axis=1) if len(runs) else pd.Series(dtype=float)
 
 
+def traffic_groups(runs: pd.DataFrame, swept: list[str]) -> pd.Series:
+    """Each run's traffic (``sim.sweeps.monitor.TRAFFIC_KEYS``: the workload and the arrival
+    rate's what-if), named by the swept traffic settings in which the runs differ
+    (``workload.rate_scale=4``); ``""`` for every run when they share one traffic. A run is
+    ranked only against runs at its traffic: at 4x the rate one fleet serves 4x the tokens
+    per dollar, which makes it busier, not cheaper."""
+    keys = [k for k in swept if is_traffic_key(k)]
+    if not varying(runs, keys, set()):
+        return pd.Series("", index=runs.index, dtype=object)
+    return run_labels(runs, keys, set())
+
+
 def sweep_choice(runs: pd.DataFrame, attained: pd.Series) -> object | None:
     """The run id of the cheapest run ($/hour, then $/M output tokens) keeping attainment."""
     keeping = runs[attained >= MIN_SLO_ATTAINMENT]
@@ -247,7 +252,19 @@ def sweep_choice(runs: pd.DataFrame, attained: pd.Series) -> object | None:
     return order["run_id"].iloc[0]
 
 
-def sweep_answer(sweep: SweepInput, attained: pd.Series, chosen: object | None) -> str:
+def sweep_choices(
+    runs: pd.DataFrame, attained: pd.Series, traffic: pd.Series
+) -> dict[str, object | None]:
+    """Each traffic's ``sweep_choice`` among its own runs (``traffic_groups``), the traffics
+    in the order of their first run."""
+    return {
+        str(t): sweep_choice(runs[traffic == t], attained[traffic == t])
+        for t in dict.fromkeys(traffic)
+    }
+
+
+def sweep_answer(sweep: SweepInput, attained: pd.Series, choices: dict[str, object | None]) -> str:
+    """What the sweep found; ``choices`` is ``sweep_choices``: one answer per traffic."""
     runs = sweep.runs
     keys = varying(runs, sweep.swept_keys, set())
     swept = "; ".join(f"{k} {', '.join(map(str, sorted(runs[k].dropna().unique())))}" for k in keys)
@@ -256,12 +273,30 @@ def sweep_answer(sweep: SweepInput, attained: pd.Series, chosen: object | None) 
         f"Of {len(runs)} runs (swept: {swept or 'nothing varies'}), {keeping} keep SLO "
         f"attainment at or above {MIN_SLO_ATTAINMENT:.0%}."
     )
+    if list(choices) == [""]:  # one traffic
+        return f"{head} {_sweep_pick(sweep, runs, attained, choices[''], keys)}"
+    traffic = traffic_groups(runs, sweep.swept_keys)
+    others = [k for k in keys if not is_traffic_key(k)]
+    parts = [head, "A run is ranked only against the runs offered the same traffic."]
+    for name, chosen in choices.items():
+        mine = traffic == name
+        kept = int((attained[mine] >= MIN_SLO_ATTAINMENT).sum())
+        pick = _sweep_pick(sweep, runs[mine], attained[mine], chosen, others)
+        parts.append(f"At {name}, {kept} of {int(mine.sum())} keep it: {pick[0].lower()}{pick[1:]}")
+    return " ".join(parts)
+
+
+def _sweep_pick(
+    sweep: SweepInput, runs: pd.DataFrame, attained: pd.Series, chosen: object, keys: list[str]
+) -> str:
+    """The sentence on ``chosen`` among ``runs``, labelled by ``keys`` (or on the best of
+    them when none keeps attainment)."""
     if chosen is None:
-        best = runs.loc[attained.idxmax()] if attained.notna().any() else None
-        if best is None:
-            return head + " No run records its SLO attainment."
-        return head + (
-            f" None does; the best, run {best['run_id']}, reaches {attained.max():.1%}: add "
+        if not attained.notna().any():
+            return "No run records its SLO attainment."
+        best = runs.loc[attained.idxmax()]
+        return (
+            f"None does; the best, run {best['run_id']}, reaches {attained.max():.1%}: add "
             "replicas or a faster GPU."
         )
     row = runs[runs["run_id"].astype(str) == str(chosen)].iloc[0]
@@ -270,9 +305,9 @@ def sweep_answer(sweep: SweepInput, attained: pd.Series, chosen: object | None) 
     labels = ", ".join(f"{k}={row[k]}" for k in keys)
     flat = {k: (None if pd.isna(v) else v) for k, v in row.items()}
     attained_text = attainment_text(flat) or "attainment unknown"
-    return head + (
-        f" The cheapest of them is run {chosen} ({labels}): {what}, "
-        f"{_money(flat.get('cost.usd_per_hour'))}/hour, "
+    return (
+        f"The cheapest of them is run {chosen}" + (f" ({labels})" if labels else "") + f": "
+        f"{what}, {_money(flat.get('cost.usd_per_hour'))}/hour, "
         f"{_money(flat.get('cost.usd_per_million_output_tokens'))} per million output tokens; "
         f"TTFT p99 {_seconds(flat.get('ttft_s.p99'))}, "
         f"TPOT p99 {_seconds(flat.get('tpot_s.p99'))}; {attained_text}."

@@ -4,14 +4,17 @@ error, the GPU price with its source and date, the Fleetcast versions, and the c
 produced the inputs and the report.
 
 Everything comes from the inputs' files (``config.yaml``, ``summary.json``), except what a run
-folder does not record: a calibrated step time's error is read from its profile (the shipped one in
-``data/profiles/`` matching the deployment, or the file ``step_time.profile`` names), and the
-roofline's from docs/explanation/fidelity.md's measurement, quoted below. A value the files do not
-give is said to be unknown, never guessed.
+folder does not record: a calibrated step time's error is read from its profile (the shipped
+one in ``data/profiles/`` matching the deployment, or the file ``step_time.profile`` names),
+and the roofline's from docs/explanation/fidelity.md's measurement, quoted below. A value the
+files do not give is said to be unknown, never guessed. Policies (scheduler, router) are named
+by their config options (``vllm``, ``least_outstanding``), as a user chooses them, not by their
+classes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from collections.abc import Mapping
@@ -20,9 +23,8 @@ from typing import Any
 import sim
 from sim.errors import ConfigError
 from sim.output.summary_table import _num
-from sim.report.answer import pools_text
 from sim.report.document import Table
-from sim.resources import data_dir, resolve_path
+from sim.resources import config_dir, config_file, data_dir, resolve_path
 
 # docs/explanation/fidelity.md, "How close the roofline alone is": the roofline with its defaults
 # against 177 measured TensorRT-LLM serving runs of Llama-3.1-8B on H100-SXM (benchmarks/fidelity.py
@@ -42,6 +44,48 @@ PROFILE_MATCH = {
 }
 
 
+# A policy is named by the config option a user chooses it by (``scheduler=vllm``), not the
+# class it built (``VLLMScheduler``): config.yaml holds the resolved ``_target_``, a plan's
+# run folders keep no ``.hydra/`` record of the choice, and a disaggregated run's summary names
+# each pool's scheduler by class. Each shipped option of a policy group builds its own class,
+# so the option is found again from the class: the file in ``configs/GROUP/`` whose
+# ``_target_`` it is. A class no shipped option builds (a user's own) keeps its class name.
+@functools.cache
+def _options(group: str) -> dict[str, str]:
+    """The shipped options of ``group``: each ``_target_`` (and its bare class name) -> the
+    option's name; the first file in name order wins should two build one class."""
+    found: dict[str, str] = {}
+    for path in sorted((config_dir() / group).glob("*.yaml")):
+        node = config_file(f"{group}/{path.name}")
+        target = node.get("_target_") if isinstance(node, dict) else None
+        if isinstance(target, str):
+            found.setdefault(target, path.stem)
+            found.setdefault(target.rsplit(".", 1)[-1], path.stem)
+    return found
+
+
+def option_name(group: str, target: object) -> str:
+    """``vllm`` for ``group`` scheduler and ``target`` ``sim.engine.scheduler.vllm.VLLMScheduler``
+    (or ``VLLMScheduler``, as a summary names a pool's scheduler); the class name when no
+    shipped option builds it; ``-`` when ``target`` is missing."""
+    if not isinstance(target, str) or not target:
+        return "-"
+    bare = target.rsplit(".", 1)[-1]  # an older module path builds the same class
+    options = _options(group)
+    return options.get(target) or options.get(bare) or bare
+
+
+def pools_text(pools: Mapping, name: str) -> str:
+    """``1 prefill replica of 1 x H100-SXM (TP 1, weights bf16, scheduler vllm)``: one pool
+    of a disaggregated run's summary block (which names its scheduler by class)."""
+    pool = pools.get(name) or {}
+    return (
+        f"{pool.get('replicas', '?')} {name} replica(s) of {pool.get('gpus_per_replica', '?')} x "
+        f"{pool.get('gpu', '?')} (TP {pool.get('tp', '?')}, weights {pool.get('weights', '?')}, "
+        f"scheduler {option_name('scheduler', pool.get('scheduler'))})"
+    )
+
+
 def _get(config: Mapping, *keys: str) -> Any:
     node: Any = config
     for key in keys:
@@ -51,11 +95,10 @@ def _get(config: Mapping, *keys: str) -> Any:
     return node
 
 
-def _class_name(node: Any) -> str:
-    """The policy a ``_target_`` builds (``sim.fleet.router.LeastOutstandingRouter`` ->
-    ``LeastOutstandingRouter``)."""
-    target = _get(node, "_target_") if isinstance(node, Mapping) else None
-    return str(target).rsplit(".", 1)[-1] if target else "-"
+def _option(group: str, node: Any) -> str:
+    """The config option of ``group`` that built ``node`` (``sim.fleet.router.
+    LeastOutstandingRouter`` -> ``least_outstanding``, ``sim.report.choices``)."""
+    return option_name(group, _get(node, "_target_") if isinstance(node, Mapping) else None)
 
 
 def _settings(node: Any, leave_out: tuple[str, ...] = ("_target_",)) -> str:
@@ -207,8 +250,8 @@ def assumptions_table(
             f"{fleet.get('tp', 1)}{pp}, up to {summary.get('num_gpus', '?')} GPU(s) "
             f"({summary['autoscale'].get('policy', '?')} autoscaling)",
         ],
-        ["scheduler", f"{_class_name(scheduler)} ({_settings(scheduler) or 'defaults'})"],
-        ["router", _class_name(_get(config, "router"))],
+        ["scheduler", f"{_option('scheduler', scheduler)} ({_settings(scheduler) or 'defaults'})"],
+        ["router", _option("router", _get(config, "router"))],
         [
             "KV cache and memory",
             f"{_settings(_get(config, 'kv'))}; {_settings(_get(config, 'memory'))}",

@@ -8,7 +8,8 @@ the tables behind them, and the assumptions. What each kind of folder shows:
 - a run: its workload; KV cache and running requests; the fleet over time
   (``scaling.parquet``), and its latency table;
 - a sweep: latency against load; cost per point; the chosen run's workload (and KV cache
-  while its folder is there), and the table of points;
+  while its folder is there), and the table of points; costs ranked within each traffic
+  (``sim.report.answer.traffic_groups``), each traffic headed by its settings;
 - a plan: latency against load with the knee and the operating point; cost per candidate,
   and the table of candidates;
 - a day plan: the replicas and $/hour of each answer over the day; hourly SLO attainment; the
@@ -131,7 +132,7 @@ def run_document(doc: Document, run: RunInput, report_command: str) -> None:
 
 def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
     from sim.report.answer import plan_answer, ranked
-    from sim.report.costs import cost_figure, cost_table, plan_costs
+    from sim.report.costs import PLAN_NOTE, cost_figure, cost_table, plan_costs
     from sim.report.document import Heading, Paragraph
     from sim.report.load import load_figure, plan_curves
 
@@ -150,7 +151,7 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
             "has no workload or KV-cache figure: report one of its runs for those."
         ),
         Heading("Candidates"),
-        cost_table(costs),
+        cost_table(costs, PLAN_NOTE),
     )
     infeasible = [
         f"{c['candidate']}: {c.get('reason')}" for c in plan.candidates if not c.get("feasible")
@@ -170,32 +171,60 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
 
 
 def sweep_document(doc: Document, sweep: SweepInput, report_command: str) -> None:
+    """A run is ranked only against the runs at its traffic: a sweep over the traffic gets an
+    answer, a cost figure and a table per traffic, each headed by it."""
     from sim.report import traffic
-    from sim.report.answer import MIN_SLO_ATTAINMENT, attainment_by_run, sweep_answer, sweep_choice
-    from sim.report.costs import cost_figure, cost_table, sweep_costs
+    from sim.report.answer import (
+        MIN_SLO_ATTAINMENT,
+        attainment_by_run,
+        sweep_answer,
+        sweep_choices,
+        traffic_groups,
+    )
+    from sim.report.costs import SWEEP_NOTE, by_traffic, cost_figure, cost_table, sweep_costs
     from sim.report.document import Heading, Paragraph
     from sim.report.load import load_figure, sweep_curves
 
     runs = sweep.runs
     attained = attainment_by_run(runs)
-    chosen = sweep_choice(runs, attained)
-    costs = sweep_costs(runs, sweep.swept_keys, attained, MIN_SLO_ATTAINMENT)
+    groups = traffic_groups(runs, sweep.swept_keys)
+    choices = sweep_choices(runs, attained, groups)
+    chosen = [c for c in choices.values() if c is not None]
+    costs = by_traffic(sweep_costs(runs, sweep.swept_keys, attained, MIN_SLO_ATTAINMENT, groups))
+    several = len(costs) > 1
     doc.add(
         Heading("Answer"),
-        Paragraph(sweep_answer(sweep, attained, chosen), answer=True),
+        Paragraph(sweep_answer(sweep, attained, choices), answer=True),
         Heading("Figures"),
         load_figure(sweep_curves(runs, sweep.swept_keys, chosen)),
-        cost_figure(costs),
     )
-    shown = chosen if chosen is not None else (runs["run_id"].iloc[0] if len(runs) else None)
+    for i, (name, mine) in enumerate(costs.items(), 1):
+        doc.add(
+            Heading(f"Traffic {name}", level=3) if several else None,
+            cost_figure(mine, f"cost_{i}" if several else "cost"),
+        )
+    answered = [(name, c) for name, c in choices.items() if c is not None]
+    shown = answered[0][1] if answered else (runs["run_id"].iloc[0] if len(runs) else None)
     run = sweep.run(shown) if shown is not None else None
     if run is not None:
-        doc.add(Paragraph(f"Run {shown}, the sweep's answer (or its first run):"))
+        which = (
+            "its first run (none keeps SLO attainment)"
+            if not answered
+            else f"the answer at {answered[0][0]}"
+            if several
+            else "the sweep's answer"
+        )
+        doc.add(Paragraph(f"Run {shown}, {which}:"))
         run_figures(doc, run)
     elif shown is not None:
         doc.add(Paragraph(f"Run {shown}'s requests, from the collected dataset:"))
         doc.add(traffic.workload_figure(sweep.requests(shown, traffic.COLUMNS)))
-    doc.add(Heading("Points"), cost_table(costs))
+    doc.add(Heading("Points"))
+    for name, mine in costs.items():
+        doc.add(
+            Heading(f"Traffic {name}", level=3) if several else None,
+            cost_table(mine, SWEEP_NOTE),
+        )
     assumptions_section(doc, run, sweep.command, report_command, sweep.version, f" {shown}")
 
 

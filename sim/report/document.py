@@ -29,6 +29,7 @@ STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 62rem;
        margin: 2rem auto; padding: 0 1rem; color: #1d2330; line-height: 1.5; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; }
+h3 { font-size: 1.05rem; margin-top: 1.5rem; }
 p.answer { font-size: 1.05rem; background: #f3f6fb; border-left: 4px solid #3465a4;
            padding: 0.75rem 1rem; }
 figure { margin: 1.5rem 0; } figure img { max-width: 100%; height: auto; }
@@ -45,6 +46,7 @@ footer { margin-top: 2rem; font-size: 0.8rem; color: #6b7385; }
 @dataclass(frozen=True)
 class Heading:
     text: str
+    level: int = 2  # 2: a section; 3: a part of one (a sweep's traffic)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def render_html(doc: Document) -> str:
     ]
     for block in doc.blocks:
         if isinstance(block, Heading):
-            parts.append(f"<h2>{esc(block.text)}</h2>")
+            parts.append(f"<h{block.level}>{esc(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
             parts.append(
                 f'<p class="answer">{esc(block.text)}</p>'
@@ -136,7 +138,7 @@ def render_markdown(doc: Document, files_folder: str) -> str:
     parts = [f"# {doc.title}"]
     for block in doc.blocks:
         if isinstance(block, Heading):
-            parts.append(f"## {block.text}")
+            parts.append(f"{'#' * block.level} {block.text}")
         elif isinstance(block, Paragraph):
             parts.append(f"> {block.text}" if block.answer else block.text)
         elif isinstance(block, Table):

@@ -1,5 +1,6 @@
 """Latency against load: TTFT and TPOT percentiles (p50, p90, p99) of each candidate as the load
-per replica grows, with the knee and the planned operating point.
+per replica grows, with the knee and the planned operating point; drawn as small multiples, a
+row of panels (TTFT, TPOT) per candidate, so that each panel holds three lines.
 
 Load is the offered arrival rate per replica (``stability.offered_requests_per_s`` over the
 replica count; the completion rate for a closed loop, which offers none). Different replica
@@ -13,7 +14,7 @@ their mean, shaded over their range.
   load at which most runs of a point were ``near_saturation`` or ``unstable`` (a run too short
   to judge, ``undetermined``, is no evidence either way).
 - The operating point: the load per replica at the plan's chosen count, or at the sweep's
-  cheapest run that keeps SLO attainment (``sim.report.answer``).
+  cheapest run that keeps SLO attainment (``sim.report.answer``), one per traffic.
 - The SLO: a plan's bounds on these statistics; a run's per-request bounds (``slo.*``).
 
 An autoscaled run (``autoscale.*`` in its summary) has no one replica count: its
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,7 +36,7 @@ import pandas as pd
 from sim.plan.slo import parse
 from sim.report.document import Figure
 from sim.report.inputs import run_labels
-from sim.report.plotting import drawing
+from sim.report.plotting import Drawing, drawing, plain_log_labels
 
 PERCENTILES = ("p50", "p90", "p99")
 METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
@@ -51,6 +53,18 @@ LOAD_KEYS = {
 }
 PAST_THE_KNEE = ("near_saturation", "unstable")
 SLO_COLOUR = "#b2182b"  # dark red: apart from the curves' palette
+# the y axis runs at least to this times the highest SLO bound: on a log axis, room between the
+# SLO line's label and the loads written at the panel's top
+SLO_HEADROOM = 3.0
+MARK_COLOUR = "#4d4d4d"  # dark grey: the knee and the operating point, apart from the curves
+# one colour per percentile (seaborn's colorblind palette's first three), the same in every panel
+PERCENTILE_COLOURS = {"p50": "#0173b2", "p90": "#de8f05", "p99": "#029e73"}
+# Small multiples: a row of panels per group (a plan's candidate, a sweep's curve). Past
+# MAX_GROUPS rows the page gets too long to compare panels; the cost table lists them all.
+MAX_GROUPS = 12
+FIGURE_WIDTH_IN = 11.0  # two panels and the legend across a report's column
+PANEL_HEIGHT_IN = 2.7  # tall enough for three lines and an SLO label to be told apart
+TITLE_ROOM_IN = 0.8  # the x label and the margins
 OFFERED = "stability.offered_requests_per_s"
 COMPLETED_RATE = "throughput.requests_per_s"
 MEAN_REPLICAS = "autoscale.replicas_mean"  # an autoscaled run's billed replicas over time
@@ -63,7 +77,9 @@ class LoadCurves:
 
     points: pd.DataFrame
     knees: dict[str, float] = field(default_factory=dict)  # group -> load per replica
-    operating: dict[str, float] = field(default_factory=dict)  # group -> load per replica
+    # (group, load per replica): a plan's candidates at their counts, a sweep's answers (one
+    # per traffic, so a group may have several)
+    operating: list[tuple[str, float]] = field(default_factory=list)
     bounds: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # metric -> lines
     scaled: int = 0  # runs whose load is over their mean billed replicas (autoscaled)
 
@@ -102,9 +118,10 @@ def plan_curves(rows: pd.DataFrame | None, plan: dict) -> LoadCurves | None:
         ),
         scaled=_scaled(rows),
     )
-    for c in plan.get("candidates") or []:
-        if not c.get("feasible"):
-            continue
+    feasible = [c for c in plan.get("candidates") or [] if c.get("feasible")]
+    # cheapest first: the figure draws its panels in this order
+    feasible.sort(key=lambda c: (_or_inf(c.get("usd_per_hour")), str(c["candidate"])))
+    for c in feasible:
         mine = curves.points[
             (curves.points["group"] == c["candidate"])
             & (curves.points["scenario"] == "base")
@@ -113,13 +130,17 @@ def plan_curves(rows: pd.DataFrame | None, plan: dict) -> LoadCurves | None:
         if len(mine) == 0:
             continue
         at = float(mine["load"].iloc[0])
-        curves.operating[c["candidate"]] = at
+        curves.operating.append((c["candidate"], at))
         past = (c.get("headroom") or {}).get("not_stable_at_rate_x")
         if past:
             curves.knees[c["candidate"]] = at * float(past)
     for text in plan.get("slo") or []:
         add_bound(curves, text)
     return curves
+
+
+def _or_inf(x: float | None) -> float:
+    return math.inf if x is None else float(x)
 
 
 def add_bound(curves: LoadCurves, text: str) -> None:
@@ -131,8 +152,9 @@ def add_bound(curves: LoadCurves, text: str) -> None:
         curves.bounds[metric].append(line)
 
 
-def sweep_curves(runs: pd.DataFrame, swept: list[str], chosen: object | None) -> LoadCurves:
-    """A sweep's curves from ``runs.parquet``; ``chosen`` is the run id of its answer."""
+def sweep_curves(runs: pd.DataFrame, swept: list[str], chosen: list[object] | None) -> LoadCurves:
+    """A sweep's curves from ``runs.parquet``; ``chosen``: the run ids of its answers (one
+    per traffic)."""
     groups = run_labels(runs, swept, LOAD_KEYS)
     point = run_labels(runs, swept, {"seed"})  # replications of a point differ by seed only
     replicas = runs["num_replicas"] if "num_replicas" in runs else pd.Series(1, index=runs.index)
@@ -144,10 +166,10 @@ def sweep_curves(runs: pd.DataFrame, swept: list[str], chosen: object | None) ->
         past = mine.groupby("load")["verdict"].agg(lambda v: (v.isin(PAST_THE_KNEE)).mean() > 0.5)
         if past.any():
             curves.knees[str(group)] = float(past[past].index.min())
-    if chosen is not None:
-        row = curves.points[curves.points["run_id"].astype(str) == str(chosen)]
+    for run_id in chosen or []:
+        row = curves.points[curves.points["run_id"].astype(str) == str(run_id)]
         if len(row):
-            curves.operating[str(row["group"].iloc[0])] = float(row["load"].iloc[0])
+            curves.operating.append((str(row["group"].iloc[0]), float(row["load"].iloc[0])))
     for metric in METRICS:
         column = f"slo.{metric}"
         if column in runs and runs[column].notna().any():
@@ -163,7 +185,11 @@ def _scaled(rows: pd.DataFrame) -> int:
 
 
 def load_figure(curves: LoadCurves | None, name: str = "latency_vs_load") -> Figure | None:
-    """TTFT and TPOT percentiles against load per replica; None with fewer than two loads."""
+    """TTFT and TPOT percentiles against load per replica, as small multiples: a row of two
+    panels (TTFT, TPOT) per group, the groups with an operating point first, at most
+    ``MAX_GROUPS`` rows; each panel draws its group's three percentiles, so every line can be
+    followed. The axes are shared (x across the figure, y down each column): panels compare
+    at a glance. None with fewer than two loads."""
     if curves is None or curves.points["load"].nunique() < 2:
         return None
     columns = [f"{m}.{p}" for m in METRICS for p in PERCENTILES]
@@ -173,69 +199,37 @@ def load_figure(curves: LoadCurves | None, name: str = "latency_vs_load") -> Fig
         var_name="statistic",
         value_name="seconds",
     ).dropna(subset=["seconds", "load"])
+    long = long[long["seconds"] > 0]  # a log axis: a zero latency has no place on it
     long["metric"] = long["statistic"].str.split(".").str[0]
     long["percentile"] = long["statistic"].str.split(".").str[1]
-    groups = list(dict.fromkeys(curves.points["group"]))
-    palette = dict(zip(groups, [f"C{i % 10}" for i in range(len(groups))], strict=True))
-    with drawing(1, 2, size=(11.0, 4.8)) as d:
-        for ax, (metric, label) in zip(d.axes[0], METRICS.items(), strict=True):
-            mine = long[long["metric"] == metric]
-            if len(mine) == 0:
-                continue
-            d.sns.lineplot(
-                data=mine,
-                x="load",
-                y="seconds",
-                hue="group",
-                style="percentile",
-                style_order=list(PERCENTILES),
-                palette=palette,
-                markers=True,
-                errorbar=("pi", 100),
-                ax=ax,
-                legend=ax is d.axes[0][-1],
-            )
-            for bound, text in curves.bounds.get(metric, []):
-                ax.axhline(bound, color=SLO_COLOUR, linestyle="--", linewidth=1)
-                ax.annotate(
-                    text,
-                    (0.01, bound),
-                    xycoords=("axes fraction", "data"),
-                    color=SLO_COLOUR,
-                    fontsize=8,
-                    va="bottom",
-                )
-            for group, at in curves.knees.items():
-                ax.axvline(at, color=palette.get(group, "grey"), linestyle=":", linewidth=1.5)
-            for group, at in curves.operating.items():
-                ax.axvline(at, color=palette.get(group, "grey"), linestyle="-", linewidth=0.8)
-                p99 = mine[(mine["group"] == group) & (mine["percentile"] == "p99")]
-                near = p99.loc[(p99["load"] - at).abs() < 1e-9 * max(1.0, at), "seconds"]
-                if len(near):
-                    ax.plot(
-                        at,
-                        near.mean(),
-                        marker="*",
-                        markersize=14,
-                        color=palette[group],
-                        markeredgecolor="black",
-                    )
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(_plain)
-            ax.yaxis.set_minor_formatter(_sparse)
-            ax.set_xlabel("offered requests/s per replica")
-            ax.set_ylabel(f"{label} (s, log scale)")
-            ax.set_title(label)
-        if d.axes[0][-1].get_legend() is not None:
-            d.sns.move_legend(d.axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
-    knees = "; ".join(f"{g}: {_rate(at)}" for g, at in curves.knees.items()) or "none found"
-    operating = "; ".join(f"{g}: {_rate(at)}" for g, at in curves.operating.items()) or "none"
+    every = list(dict.fromkeys([g for g, _ in curves.operating] + list(curves.points["group"])))
+    groups = every[:MAX_GROUPS]
+    size = (FIGURE_WIDTH_IN, TITLE_ROOM_IN + PANEL_HEIGHT_IN * len(groups))
+    with drawing(len(groups), len(METRICS), size=size, sharex=True, sharey="col") as d:
+        for row, group in enumerate(groups):
+            for column, (metric, label) in enumerate(METRICS.items()):
+                ax = d.axes[row][column]
+                _panel(d, ax, curves, long, group, metric, legend=(row, column) == (0, 1))
+                ax.set_title(label if len(every) == 1 else f"{label}: {group}", fontsize=10)
+                ax.set_ylabel(f"{label} (s, log)")
+                ax.set_xlabel("offered requests/s per replica" if row == len(groups) - 1 else "")
+        _legend(d.axes[0][-1], curves)
+    knees = "" if curves.knees else " (none found)"
+    left_out = (
+        f" The first {len(groups)} of {len(every)} groups are drawn (those with an operating "
+        "point, cheapest first, then the rest in order)."
+        if len(every) > len(groups)
+        else ""
+    )
     return Figure(
         name,
-        "TTFT and TPOT percentiles against the offered load per replica (lines: the mean over "
-        "replications, shaded: their range). Solid vertical line and star: the operating point "
-        f"({operating}); dotted: the knee, where the fleet stops keeping up ({knees}); dashed "
-        "red: the SLO."
+        "TTFT and TPOT percentiles against the offered load per replica"
+        + ("" if len(every) == 1 else ", one row of panels per candidate")
+        + " (lines: the mean over replications, shaded: their range). Solid vertical line and "
+        "star: the operating point; dotted: the knee, where the fleet stops keeping up"
+        f"{knees}; each line labelled with its load (req/s per replica): the operating point's at "
+        "the top, the knee's at the bottom. Dashed red: the SLO."
+        + left_out
         + (
             f" {curves.scaled} autoscaled run(s): their load is over their mean replicas "
             "billed (autoscale.replicas_mean, provisioning and draining included), so per "
@@ -247,18 +241,96 @@ def load_figure(curves: LoadCurves | None, name: str = "latency_vs_load") -> Fig
     )
 
 
-def _plain(value: float, _: object = None) -> str:
-    """A log axis's label as a plain number (0.02, not 2 x 10^-2)."""
-    return f"{value:g}"
+def _legend(ax: Any, curves: LoadCurves) -> None:
+    """One legend, beside the top right panel: the percentiles, then the marks each panel
+    may carry (drawn as empty lines, so they add nothing to the axes' data)."""
+    handles, labels = ax.get_legend_handles_labels()
+    marks = [("SLO", SLO_COLOUR, "--", "")] if curves.bounds else []
+    if curves.knees:
+        marks.append(("knee", MARK_COLOUR, ":", ""))
+    if curves.operating:
+        marks.append(("operating point", MARK_COLOUR, "-", "*"))
+    for label, colour, style, marker in marks:
+        handles += ax.plot([], [], color=colour, linestyle=style, marker=marker, markersize=10)
+        labels.append(label)
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9)
 
 
-def _sparse(value: float, _: object = None) -> str:
-    """Minor labels at 2 and 5 times a power of ten only: readable where decades are close."""
-    if value <= 0:
-        return ""
-    leading = round(value / 10 ** math.floor(math.log10(value)))
-    return f"{value:g}" if leading in (2, 5) else ""
+def _mark(ax: Any, at: float, where: str) -> None:
+    """The load ``at`` written on its vertical line, boxed so the line does not cross it: at
+    the ``top`` (the operating point) or the ``bottom`` (the knee), apart when they are close."""
+    ax.annotate(
+        f"{at:.3g}",
+        (at, 0.97 if where == "top" else 0.03),
+        xycoords=("data", "axes fraction"),
+        ha="center",
+        va="top" if where == "top" else "bottom",
+        fontsize=8,
+        color=MARK_COLOUR,
+        bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+    )
 
 
-def _rate(per_replica: float) -> str:
-    return "-" if not math.isfinite(per_replica) else f"{per_replica:.3g} req/s per replica"
+def _panel(
+    d: Drawing,
+    ax: Any,
+    curves: LoadCurves,
+    long: pd.DataFrame,
+    group: str,
+    metric: str,
+    legend: bool,
+) -> None:
+    """One panel: ``group``'s percentiles of ``metric`` with its SLO, knee and operating
+    points."""
+    mine = long[(long["metric"] == metric) & (long["group"] == group)]
+    if len(mine):
+        d.sns.lineplot(
+            data=mine,
+            x="load",
+            y="seconds",
+            hue="percentile",
+            hue_order=list(PERCENTILES),
+            palette=PERCENTILE_COLOURS,
+            style="percentile",
+            style_order=list(PERCENTILES),
+            markers=True,
+            errorbar=("pi", 100),
+            ax=ax,
+            legend=legend,
+        )
+    for bound, text in curves.bounds.get(metric, []):
+        ax.axhline(bound, color=SLO_COLOUR, linestyle="--", linewidth=1)
+        ax.annotate(
+            text,
+            (0.01, bound),
+            xycoords=("axes fraction", "data"),
+            color=SLO_COLOUR,
+            fontsize=8,
+            va="bottom",
+        )
+    if group in curves.knees:
+        knee = curves.knees[group]
+        ax.axvline(knee, color=MARK_COLOUR, linestyle=":", linewidth=1.5)
+        _mark(ax, knee, "bottom")
+    for where, at in curves.operating:
+        if where != group:
+            continue
+        ax.axvline(at, color=MARK_COLOUR, linestyle="-", linewidth=0.8)
+        _mark(ax, at, "top")
+        p99 = mine[mine["percentile"] == "p99"]
+        near = p99.loc[(p99["load"] - at).abs() < 1e-9 * max(1.0, at), "seconds"]
+        if len(near):
+            ax.plot(
+                at,
+                near.mean(),
+                marker="*",
+                markersize=14,
+                color=PERCENTILE_COLOURS["p99"],
+                markeredgecolor="black",
+            )
+    ax.set_yscale("log")
+    plain_log_labels(ax.yaxis)
+    lines = curves.bounds.get(metric, [])
+    if lines:  # room above the SLO line for its label, below the operating point's load
+        ax.set_ylim(top=max(ax.get_ylim()[1], SLO_HEADROOM * max(b for b, _ in lines)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ from typing import Any
 
 DPI = 90  # dots per inch: a 10 x 6 inch figure is 900 x 540 pixels
 REPORT_EXTRA = ("seaborn", "matplotlib", "pandas")  # pip install 'fleetcast[report]'
+# A log axis labels its 2s and 5s between powers of ten while it spans at most this many
+# decades; past that they collide with the powers' labels (1,000 beside 2,000 and 5,000 on an
+# x axis). A y axis stacks its labels, so they collide only over many more decades.
+MINOR_LABELS_UP_TO_DECADES = {"x": 2.0, "y": 4.0}
 
 
 @functools.cache
@@ -61,6 +66,25 @@ def drawing(
         made.png = buffer.getvalue()
     finally:
         plt.close(figure)
+
+
+def plain_log_labels(axis: Any) -> None:
+    """A log ``axis`` labelled in plain numbers (0.02, not 2 x 10^-2), its minor ticks only
+    at 2 and 5 times a power of ten, and only while it spans at most
+    ``MINOR_LABELS_UP_TO_DECADES``: readable where decades are close, uncluttered where they
+    are many."""
+    decades = MINOR_LABELS_UP_TO_DECADES[axis.axis_name]
+
+    def sparse(value: float, _: object = None) -> str:
+        low, high = sorted(axis.get_view_interval())  # read when drawn: the final limits
+        many = low > 0 and math.log10(high / low) > decades
+        if value <= 0 or many:
+            return ""
+        leading = round(value / 10 ** math.floor(math.log10(value)))
+        return f"{value:g}" if leading in (2, 5) else ""
+
+    axis.set_major_formatter(lambda value, _=None: f"{value:g}")
+    axis.set_minor_formatter(sparse)
 
 
 def hours_or_seconds(largest_s: float) -> tuple[float, str]:

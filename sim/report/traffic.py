@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sim.report.document import Figure
-from sim.report.plotting import drawing, hours_or_seconds
+from sim.report.plotting import drawing, hours_or_seconds, plain_log_labels
 
 LONG_PROMPT_TOKENS = 1024  # a prompt is long above this (data/traces/README.md)
 LONG_OUTPUT_TOKENS = 256  # an output is long above this
@@ -101,6 +101,7 @@ def workload_figure(requests: pd.DataFrame, name: str = "workload") -> Figure | 
             lengths = requests[column].clip(lower=1)  # log scale: a 0-token output sits at 1
             d.sns.histplot(x=lengths, log_scale=True, bins=40, ax=ax, color="C0")
             ax.axvline(long_above, color="C3", linestyle="--", label=f"long above {long_above:,}")
+            plain_log_labels(ax.xaxis)  # 2 x 10^1, 3 x 10^1, ... overlapped
             ax.set_xlabel(f"{column.replace('_', ' ')} (log scale)")
             ax.set_ylabel("requests")
             ax.legend(loc="upper right")

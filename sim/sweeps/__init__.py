@@ -1,6 +1,7 @@
 """Many runs of one command: watching a sweep, resuming it, and collecting it into a dataset.
 
-- ``monitor``: the Hydra callback that shows progress and ranks SLO-meeting configurations;
+- ``monitor``: the Hydra callback that shows progress and ranks SLO-meeting configurations,
+  each against those offered the same traffic;
 - ``resume``: whether a job's folder already holds its finished run;
 - ``runs``: finding and reading run folders;
 - ``collect``: ``fleetcast collect``, a sweep as one Parquet dataset.

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +21,22 @@ from sim.run import simulate
 from sim.sweeps.collect import collect
 from tests.scenarios import QUICK_DAY_PLAN
 from tests.support import compose
+
+
+def keep_drawings(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list:
+    """The ``Drawing``s ``module`` draws from now on (its figures' axes, to inspect)."""
+    drawn: list = []
+    real = module.drawing
+
+    @contextmanager
+    def keeping(*args: object, **kwargs: object) -> Iterator[object]:
+        with real(*args, **kwargs) as d:
+            drawn.append(d)
+            yield d
+
+    monkeypatch.setattr(module, "drawing", keeping)
+    return drawn
+
 
 # ~8 s of Poisson arrivals with lengths on both sides of the patterns' 1,024/256 split
 RUN = [

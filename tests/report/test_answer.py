@@ -47,7 +47,7 @@ def test_a_run_says_what_it_shows_against_its_slo():
     text = run_answer(RunInput(Path("r"), CONFIG, SUMMARY, None))
     assert text.startswith(
         "As simulated, 2 x H100-SXM (TP 1, 2 GPUs) running meta-llama/Llama-3.1-8B at weights "
-        "fp8, KV fp8, scheduler VLLMScheduler served 100 requests offered at 10 req/s for "
+        "fp8, KV fp8, scheduler vllm served 100 requests offered at 10 req/s for "
         "$5.98/hour, $1.23 per million output tokens."
     )
     assert "TTFT p50/p90/p99 0.1/0.3/1 s (p99 2x the 0.5 s bound)" in text

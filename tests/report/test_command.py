@@ -12,6 +12,8 @@ import pytest
 from sim.report import command
 
 MAX_BYTES = 2 * 1024 * 1024
+# a latency panel shown smaller than this (CSS pixels) crowds its three lines and SLO label
+MIN_PANEL_PIXELS = 200
 # a source or link to the network: a self-contained page has none
 FETCHED = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.I)
 
@@ -57,6 +59,10 @@ def test_a_run(run_report):
     for figure in ("workload.png", "kv_cache.png"):
         assert f"(report_files/{figure})" in markdown
     assert "| step-time model | roofline, uncalibrated: TTFT 22.1%" in markdown
+    # policies by the config names a user chooses them by, not their classes
+    assert "| scheduler | vllm (enable_chunked_prefill=True" in markdown
+    assert "| router | least_outstanding |" in markdown
+    assert "scheduler vllm served" in markdown and "Scheduler" not in markdown
     assert "| inputs produced by | fleetcast fleet.replicas=2 workload=poisson" in markdown
     assert f"| this report | fleetcast report {run_report} |" in markdown
     assert "data:image/png;base64," in html
@@ -90,15 +96,44 @@ def test_a_plan(plan_folder):
     for figure in ("latency_vs_load.png", "cost.png"):
         assert f"(report_files/{figure})" in markdown
     assert "| rank | candidate | replicas | GPUs | $/hour |" in markdown
+    assert all(all(headings) for headings in headings(markdown)), headings(markdown)
+    assert "| runs | P(miss) |" in markdown and "P(miss): the share of its replications" in markdown
     assert "no workload or KV-cache figure" in markdown
     assert "| inputs produced by | fleetcast plan step_time=constant" in markdown
 
 
-def test_a_collected_sweep(sweep_folder):
+def headings(markdown: str) -> list[list[str]]:
+    """The column headings of each Markdown table."""
+    lines = markdown.splitlines()
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        for line, below in zip(lines, lines[1:], strict=False)
+        if line.startswith("| ") and below.startswith("|---")
+    ]
+
+
+def test_a_collected_sweep_ranks_each_run_only_against_runs_at_its_traffic(sweep_folder):
+    """The fixture's runs are 1 or 2 replicas at 10 or 40 req/s: one replica at 40 req/s is
+    the cheapest per token of all four, but it is cheaper only because it is busier."""
     _, markdown = report(sweep_folder)
     assert markdown.startswith("# Fleetcast report: sweep s\n\n## Answer\n\n> Of 4 runs")
-    for figure in ("latency_vs_load.png", "cost.png", "workload.png", "kv_cache.png"):
-        assert f"(report_files/{figure})" in markdown
+    for figure in ("latency_vs_load", "cost_1", "cost_2", "workload", "kv_cache"):
+        assert f"(report_files/{figure}.png)" in markdown
+    assert "A run is ranked only against the runs offered the same traffic." in markdown
+    assert "At workload.qps=10, " in markdown and "At workload.qps=40, " in markdown
+    points = markdown[markdown.index("## Points") : markdown.index("## Assumptions")]
+    tables = points.split("### Traffic ")[1:]
+    assert [t.splitlines()[0] for t in tables] == ["workload.qps=10", "workload.qps=40"]
+    for table in tables:
+        rows = [line for line in table.splitlines() if line.startswith("| ") and "rank" not in line]
+        # ranked within the traffic, each labelled by what differs in it: the fleet
+        assert [row.split(" | ")[:2] for row in rows] == [
+            ["| 1", "fleet.replicas=1"],
+            ["| 2", "fleet.replicas=2"],
+        ]
+    # every column of every table has a heading
+    assert all(all(headings) for headings in headings(markdown)), headings(markdown)
+    assert headings(markdown)[-2][-1] == "SLO attainment"  # the second traffic's points
 
 
 def test_a_day_plan(day_folder):
@@ -122,7 +157,16 @@ def test_a_day_plan(day_folder):
     assert "| inputs produced by | fleetcast plan-day workload=azure_day |" in markdown
 
 
-def test_the_page_renders_in_a_browser_with_every_image_and_no_error(run_report, tmp_path):
+# in the page: each image's natural and shown size, and the text of each table heading cell
+LOOK = """() => ({
+    images: [...document.images].map(i => [i.alt, i.naturalWidth, i.width, i.height]),
+    headings: [...document.querySelectorAll("th")].map(th => th.innerText.trim()),
+})"""
+
+
+def browse(page_file: Path, screenshot: Path) -> dict:
+    """``page_file`` opened in headless Chromium at a laptop's width: what ``LOOK`` finds,
+    after asserting that nothing failed or was fetched; a full-page screenshot is saved."""
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright is not installed (the test extra has it)"
     )
@@ -134,21 +178,43 @@ def test_the_page_renders_in_a_browser_with_every_image_and_no_error(run_report,
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.on(
                 "request",
                 lambda r: None if r.url.startswith(("file:", "data:")) else fetched.append(r.url),
             )
-            page.goto((run_report / "report.html").as_uri(), wait_until="load")
-            widths = page.eval_on_selector_all("img", "images => images.map(i => i.naturalWidth)")
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            page.goto(page_file.as_uri(), wait_until="load")
+            found = page.evaluate(LOOK)
+            page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     assert not problems and not fetched, (problems, fetched)
+    assert screenshot.stat().st_size > 0
+    return found
+
+
+def test_the_page_renders_in_a_browser_with_every_image_and_no_error(run_report, tmp_path):
+    found = browse(run_report / "report.html", tmp_path / "report.png")
+    widths = [natural for _, natural, _, _ in found["images"]]
     assert len(widths) >= 2 and all(w > 0 for w in widths), widths
-    assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_a_plan_reads_in_a_browser_every_column_headed_and_its_panels_tall_enough(
+    plan_folder, tmp_path
+):
+    folder = tmp_path / "plan"
+    shutil.copytree(plan_folder, folder)
+    report(folder)
+    found = browse(folder / "report.html", tmp_path / "plan.png")
+    assert found["headings"] and all(found["headings"]), found["headings"]
+    assert "P(miss)" in found["headings"]
+    shown = {alt: (width, height) for alt, _, width, height in found["images"]}
+    # one row of TTFT and TPOT panels per candidate (the fixture has one), each row at least
+    # MIN_PANEL_PIXELS tall as the page shows it
+    width, height = shown["latency_vs_load"]
+    assert height >= MIN_PANEL_PIXELS and width >= 2 * MIN_PANEL_PIXELS, shown
 
 
 def test_a_real_day_plan_and_one_of_its_periods(real_day_folder):

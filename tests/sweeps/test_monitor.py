@@ -12,7 +12,15 @@ import pytest
 import yaml
 
 from sim.sweeps.collect import collect
-from sim.sweeps.monitor import count_jobs, rank_table, slo_attainment, swept_keys
+from sim.sweeps.monitor import (
+    count_jobs,
+    is_traffic_key,
+    rank_table,
+    slo_attainment,
+    swept_keys,
+    traffic_labels,
+    traffic_of,
+)
 from tests.sweeps.conftest import TINY
 
 
@@ -125,3 +133,99 @@ def test_rank_table_lists_only_slo_meeting_configs_cheapest_first(tmp_path):
     assert slo_attainment(
         {"goodput_requests_per_s": 9.9, "duration_s": 10.0, "num_requests": 100}
     ) == pytest.approx(0.99)
+
+
+def test_a_sweep_over_the_traffic_ranks_each_run_only_against_runs_at_its_traffic(tmp_path):
+    """At 4x the rate one replica serves 4x the tokens per dollar: ranked together, it came
+    first, "cheaper" than the same fleet at 1x."""
+    out = tmp_path / "s"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "-m",
+            "fleet.replicas=1,2",
+            "workload.rate_scale=1,4",
+            "workload.num_requests=30",
+            "sim.progress=false",
+            f"output_dir={out}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ranking = proc.stdout[proc.stdout.index("configuration(s) meet the SLO") :]
+    tables = ranking.split("\ntraffic ")[1:]
+    assert [t.splitlines()[0] for t in tables] == [
+        "workload.rate_scale=1: 2 meet the SLO; 0 miss it; 0 unstable",
+        "workload.rate_scale=4: 2 meet the SLO; 0 miss it; 0 unstable",
+    ]
+    for table, jobs in zip(tables, (["0", "2"], ["1", "3"]), strict=True):
+        rows = [line.split() for line in table.splitlines()[2:] if line.strip()]
+        assert [row[0] for row in rows] == jobs  # one replica, then two
+        assert [row[-1] for row in rows] == ["fleet.replicas=1", "fleet.replicas=2"]
+    # the 4x runs' $ per million tokens are lower, and no longer rank them above the 1x runs
+    per_million = {
+        row.split()[0]: float(row.split()[2])
+        for row in ranking.splitlines()[3:]
+        if row.split() and row.split()[0].isdigit()
+    }
+    assert per_million["1"] < per_million["0"] and per_million["3"] < per_million["2"]
+
+
+def test_traffic_is_the_workload_and_the_arrival_rate_what_if():
+    for key in (
+        "workload.qps",
+        "choice.workload",
+        "config.workload.path",
+        "+workload.x",
+        "sim.arrival_rate_scale",
+        "workload",
+    ):
+        assert is_traffic_key(key), key
+    for key in ("fleet.replicas", "seed", "sim.step_time_scale", "workloads.x", "slo.ttft_s"):
+        assert not is_traffic_key(key), key
+    config = {
+        "workload": {"kind": "poisson", "qps": 2.0, "prompt_tokens": {"dist": "fixed"}},
+        "sim": {"arrival_rate_scale": 1.0, "progress": False},
+        "seed": 3,
+    }
+    assert traffic_of(config) == {
+        "workload.kind": "poisson",
+        "workload.qps": 2.0,
+        "workload.prompt_tokens.dist": "fixed",
+        "sim.arrival_rate_scale": 1.0,
+    }
+    assert traffic_labels([{"a": 1, "b": 2}, {"a": 1, "b": 3}]) == ["b=2", "b=3"]
+    assert traffic_labels([{"a": 1}, {}]) == ["the sweep's", "unknown (no readable config.yaml)"]
+
+
+def test_each_traffic_gets_its_table_and_an_unreadable_config_still_ranks(tmp_path):
+    for name, rate, usd in (("0", 1.0, 6.0), ("1", 4.0, 3.0), ("2", 1.0, 3.0), ("3", 4.0, 6.0)):
+        _fake_job(
+            tmp_path,
+            name,
+            [f"fleet.replicas={int(usd / 3)}", f"sim.arrival_rate_scale={rate}"],
+            usd,
+            good=1.0,
+        )
+        (tmp_path / name / "config.yaml").write_text(
+            yaml.safe_dump(
+                {"workload": {"kind": "poisson", "qps": 2.0}, "sim": {"arrival_rate_scale": rate}}
+            )
+        )
+    _fake_job(tmp_path, "4", ["fleet.replicas=9"], 30.0, good=1.0)
+    (tmp_path / "4" / "config.yaml").write_text("workload: [unclosed\n")
+    table = rank_table(tmp_path, 0.99, keys={"fleet.replicas", "sim.arrival_rate_scale"})
+    heads = [line for line in table.splitlines() if line.startswith("traffic ")]
+    # the job without a readable config is a traffic of its own, not a crash
+    assert heads == [
+        "traffic sim.arrival_rate_scale=1.0: 2 meet the SLO; 0 miss it; 0 unstable",
+        "traffic sim.arrival_rate_scale=4.0: 2 meet the SLO; 0 miss it; 0 unstable",
+        "traffic unknown (no readable config.yaml): 1 meet the SLO; 0 miss it; 0 unstable",
+    ]
+    jobs = [line.split()[0] for line in table.splitlines() if line.strip()[:1].isdigit()][1:]
+    assert jobs == ["2", "0", "1", "3", "4"]
