@@ -10,6 +10,7 @@ from typing import Any
 from sim.catalog.placement import Placement
 from sim.config.build import build, target_class
 from sim.config.schema import RunConfig
+from sim.deploy.speculation import speculation
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.scheduler.base import Scheduler
@@ -18,7 +19,6 @@ from sim.errors import ConfigError, require
 from sim.fleet.autoscaler import Variant
 from sim.fleet.replica import Engine
 from sim.output.cost import gpu_price
-from sim.spec_decode import speculation
 
 
 def host_tiers(run: RunConfig, placement: Placement) -> list[tuple[int, float]] | None:
@@ -75,7 +75,7 @@ class EngineSetup:
         ]
         if run.sim.step_time_scale != 1.0:
             step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
-        self.spec = speculation(cfg, run, placement)  # (sim.spec_decode; None: off)
+        self.spec = speculation(cfg, run, placement)  # (sim.deploy.speculation; None: off)
         if self.spec is not None:  # the drafter's memory and time, the verification's width
             self.placement = self.spec.placement
             step_times = [self.spec.step_time(i, m) for i, m in enumerate(step_times)]

@@ -42,7 +42,13 @@ class RunResult:
     summary: dict
     config: dict
     rejection_texts: dict[str, str] = field(default_factory=dict)
-    scaling: pa.Table | None = None  # an autoscaled fleet's changes (sim.output.scaling)
+    # the fleet's own files, by name (an autoscaled fleet's ``scaling.parquet``)
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    @property
+    def scaling(self) -> pa.Table | None:
+        """An autoscaled fleet's changes (``sim.output.scaling``); None for another fleet."""
+        return self.tables.get(SCALING_FILE)
 
 
 def _temporary(folder: Path, name: str) -> Path:
@@ -115,9 +121,8 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     _atomic_write(out / CONFIG_FILE, lambda p: Path(p).write_text(config_text(result.config)))
     _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
-    scaling = result.scaling
-    if scaling is not None:
-        _atomic_write(out / SCALING_FILE, lambda p: pq.write_table(scaling, p))
+    for name, table in result.tables.items():
+        _atomic_write(out / name, lambda p, table=table: pq.write_table(table, p))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out
 

@@ -91,7 +91,7 @@ def _cluster(*overrides: str) -> tuple[Cluster, DisaggregatedFleet]:
         StepLog("none", [fleet.prefill.deployment.memory.num_blocks]),
         routed_replicas=fleet.prefill.replicas,
     )
-    fleet.connect(cluster.env, cluster.replicas, run.seed)
+    fleet.connect(cluster, run.seed)
     return cluster, fleet
 
 

@@ -1,0 +1,28 @@
+"""The fleet shapes a run can have, and the one a checked config asks for.
+
+``SHAPES`` lists them most specific first; ``fleet_shape`` builds the first whose ``applies``
+says the config asks for it (``FixedFleet`` applies to any). A new shape is one module of
+``sim.deploy`` (a ``FleetShape``, ``sim.deploy.shape``), its config group, and its class here,
+before the shapes it refines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sim.config.schema import RunConfig
+from sim.deploy.autoscaled import AutoscaledFleet
+from sim.deploy.disaggregated import DisaggregatedFleet
+from sim.deploy.fixed import FixedFleet
+from sim.deploy.shape import FleetShape
+
+# (disaggregated first: it refuses autoscaling in its own terms)
+SHAPES: tuple[type[FleetShape], ...] = (DisaggregatedFleet, AutoscaledFleet, FixedFleet)
+
+
+def fleet_shape(
+    cfg: dict[str, Any], run: RunConfig, shapes: Sequence[type[FleetShape]] = SHAPES
+) -> FleetShape:
+    """The fleet ``run`` (``cfg`` checked) asks for, built: the first of ``shapes`` that
+    applies."""
+    return next(shape for shape in shapes if shape.applies(run))(cfg, run)
