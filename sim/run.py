@@ -4,6 +4,12 @@
 many runs can share a process) and returns the tables, the summary and the resolved config
 (``sim.output.run_files.write_run`` writes them). The same config and seed give byte-identical
 files.
+
+``simulate`` is a straight pipeline: the config checked; the fleet's shape built from it
+(``sim.deploy.shapes``: fixed, autoscaled, disaggregated; every difference between them is the
+shape's, ``sim.deploy.shape``); the router and the workload; the requests the fleet can never
+serve refused; the cluster run with what the shape connects to it; the summary (the shape's
+price and blocks, then what any run may add) and the files written.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ def _progress_callback(
     tqdm's rate and ETA (requests end at a steady pace once a run is under way)."""
     if setting is False or (setting == "auto" and not sys.stderr.isatty()):
         return None, None
-    from tqdm import tqdm
+    from tqdm import tqdm  # (only with a bar shown: a run in a log or a sweep never imports it)
 
     bar = tqdm(total=total, unit="req", desc="simulating", mininterval=0.5, leave=False)
     every = max(1, total // 200)  # ~200 updates: cheap, yet smooth

@@ -1,7 +1,8 @@
 """What one engine configuration builds its replicas' engines from: each model's step-time
 model (scaled for a what-if, with a prefix cache's host tier priced in), its KV cache and its
-scheduler. A run has one (``sim.run``); an autoscaled run one per engine configuration
-(``sim.fleet.autoscaler``); a disaggregated run one per pool (``sim.fleet.disaggregation``)."""
+scheduler. A fixed fleet has one (``sim.deploy.fixed``); an autoscaled fleet one per engine
+configuration (``sim.deploy.autoscaled``); a disaggregated fleet one per pool
+(``sim.deploy.disaggregated``)."""
 
 from __future__ import annotations
 

@@ -24,5 +24,8 @@ def fleet_shape(
     cfg: dict[str, Any], run: RunConfig, shapes: Sequence[type[FleetShape]] = SHAPES
 ) -> FleetShape:
     """The fleet ``run`` (``cfg`` checked) asks for, built: the first of ``shapes`` that
-    applies."""
-    return next(shape for shape in shapes if shape.applies(run))(cfg, run)
+    applies (LookupError when none does: a list of shapes without ``FixedFleet``)."""
+    for shape in shapes:
+        if shape.applies(run):
+            return shape(cfg, run)
+    raise LookupError(f"no fleet shape of {[s.__name__ for s in shapes]} applies to this run")

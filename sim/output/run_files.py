@@ -16,6 +16,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,9 +111,10 @@ class RunFolder:
 
 
 def write_run(result: RunResult, output_dir: str | Path) -> Path:
-    """Write the four files of a run held in memory. ``summary.json`` goes last: its presence
-    marks a finished run, and a run that fails before it leaves no summary."""
-    import pyarrow.parquet as pq
+    """Write the files of a run held in memory (its four, and the fleet's own: an autoscaled
+    fleet's ``scaling.parquet``). ``summary.json`` goes last: its presence marks a finished
+    run, and a run that fails before it leaves no summary."""
+    import pyarrow.parquet as pq  # (Parquet's writer: not imported before a run writes)
 
     assert result.requests is not None and result.steps is not None, "already written"
     out = Path(output_dir)
@@ -122,7 +124,7 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
     for name, table in result.tables.items():
-        _atomic_write(out / name, lambda p, table=table: pq.write_table(table, p))
+        _atomic_write(out / name, partial(pq.write_table, table))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out
 
