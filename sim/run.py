@@ -35,6 +35,7 @@ from sim.deploy.shape import FleetShape
 from sim.deploy.shapes import SHAPES, fleet_shape
 from sim.deploy.speculation import spec_decode_summary
 from sim.engine.request import Request
+from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.cluster import Cluster
 from sim.fleet.router import Router
@@ -152,16 +153,24 @@ def simulate(
                 bar.close()
         totals = step_log.finish(len(cluster.replicas), sinks.steps)
         summary = _summary(run, fleet, workload, cluster, step_log, totals, sinks.requests)
-        # (an autoscaled fleet's other engines after the run's own: a reason both have is
-        # said in the run's own terms)
-        every = [*schedulers, *(e.scheduler for r in cluster.replicas for e in r.engines)]
-        texts = {
-            reason: next(s.refusal_text(reason) for s in every if s.refusal_text(reason))
-            for reason in summary["rejected_by_reason"]
-        }
+        texts = _refusal_texts(summary, [*schedulers, *_engines_schedulers(cluster)])
         return sinks.result(summary, cfg, texts, fleet.tables())
     finally:
         sinks.abandon()
+
+
+def _engines_schedulers(cluster: Cluster) -> list[Scheduler]:
+    return [engine.scheduler for replica in cluster.replicas for engine in replica.engines]
+
+
+def _refusal_texts(summary: dict[str, Any], schedulers: list[Scheduler]) -> dict[str, str]:
+    """What each rejection reason of the summary means for this fleet, from the first of
+    ``schedulers`` that says (the fleet's own first: a reason that engines added during the
+    run share is said in the run's own terms)."""
+    return {
+        reason: next(s.refusal_text(reason) for s in schedulers if s.refusal_text(reason))
+        for reason in summary["rejected_by_reason"]
+    }
 
 
 def _resolve_model(cfg: dict[str, Any], model: ModelSpec) -> None:
@@ -278,7 +287,7 @@ def _summary(
     summary.update(spec_decode_summary(run.spec_decode, cluster.replicas))  # (if on)
     if run.kv.prefix_caching:
         summary["prefix_cache"] = prefix_cache_summary(
-            [e.scheduler.kv for replica in cluster.replicas for e in replica.engines]
+            [scheduler.kv for scheduler in _engines_schedulers(cluster)]
         )
         # flat, for checkers that read only top-level keys (the prompt tokens no step
         # computed: steps.parquet counts computed tokens only)
