@@ -7,9 +7,9 @@ The data flows one way, and the packages follow it::
 
 ``config`` composes and checks what a run is given, ``catalog`` describes what is deployed, and
 ``calibration`` fits step-time profiles offline. At the top: ``run`` (one simulation from a config,
-the composition root), ``spec_decode`` (speculative decoding built for an engine configuration:
-the drafter's memory and time), ``deploy`` (what a run deploys: engine configurations, a
-disaggregated fleet's pools), ``cli`` (the ``fleetcast`` command), and the basics every
+the composition root), ``deploy`` (what a run deploys: the fleet's shape, fixed, autoscaled or
+disaggregated, its engine configurations, speculative decoding's drafter), ``cli`` (the
+``fleetcast`` command), and the basics every
 package may import: ``errors``, ``rng``, ``resources`` (where shipped configs and data are) and
 ``arrow_numpy``. Then ``plan`` (capacity plans, and a day's plans, driving runs through
 ``run``) and ``report`` (HTML and Markdown reports, reading run, sweep and plan folders only).

@@ -9,6 +9,7 @@ The rules are the table below, the same as each package's docstring and the docu
 from __future__ import annotations
 
 import ast
+import graphlib
 import re
 from pathlib import Path
 
@@ -44,12 +45,11 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.scaling",  # the autoscaler's log of the fleet's changes
         "config.autoscale",  # the autoscaler's settings
     },
-    # speculative decoding built for an engine configuration: the drafter's deployment and
-    # step-time model (config, catalog), the engine's draws and priced steps (engine)
-    "spec_decode": BASICS | {"config", "catalog", "engine"},
-    # what a run deploys, built from its config for the composition root (sim.run): a
-    # disaggregated fleet's pools and their engines, priced and summed up
-    "deploy": BASICS | {"config", "catalog", "engine", "fleet", "output", "spec_decode"},
+    # what a run deploys, built from its config for the composition root (sim.run): each fleet
+    # shape (fixed, autoscaled, disaggregated) with its engines, the requests it can serve
+    # (workload.source), priced and summed up; speculative decoding's drafter built for an
+    # engine configuration
+    "deploy": BASICS | {"config", "catalog", "engine", "fleet", "output", "workload.source"},
     # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
     "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
     "sweeps": BASICS | {"config", "output.run_files"},
@@ -148,6 +148,29 @@ def test_imports_point_down_the_data_flow(path):
         ):
             wrong.append(name)
     assert not wrong, f"sim/{path.relative_to(SIM)} ({part}) imports {wrong}"
+
+
+def _module_name(path: Path) -> str:
+    """``sim.plan.day`` for sim/plan/day.py, ``sim.plan`` for sim/plan/__init__.py."""
+    return ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_import_runs_back_in_a_circle():
+    # every import at any depth (inside functions, under TYPE_CHECKING) counts: a circle hidden
+    # in a function is still a circle
+    names = {_module_name(p): p for p in _modules()}
+    graph = {
+        name: {
+            target
+            for target in _imports(path)
+            if target in names and not name.startswith(target + ".") and target != name
+        }
+        for name, path in names.items()
+    }
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:
+        pytest.fail(f"imports run in a circle: {' -> '.join(err.args[1])}")
 
 
 def test_the_rules_catch_a_wrong_import():

@@ -205,7 +205,7 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         [*POISSON, "kv.num_blocks=10", "workload.prompt_tokens=1000"],
         "workload.prompt_tokens=1000",
     ),
-    # speculative decoding (sim.spec_decode)
+    # speculative decoding (sim.deploy.speculation)
     ("draft tokens 17", ["spec_decode.num_draft_tokens=17"], "spec_decode.num_draft_tokens=17"),
     ("acceptance 1.5", ["spec_decode.acceptance_rate=1.5"], "spec_decode.acceptance_rate=1.5"),
     ("draft method", ["spec_decode.method=eagle"], "spec_decode.method='eagle'"),

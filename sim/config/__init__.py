@@ -10,7 +10,7 @@
   of ``RunConfig``);
 - ``autoscale``: the ``autoscale`` group's shape (a fleet whose size changes) and the checks
   across its fields;
-- ``spec_decode``: the ``spec_decode`` group's shape (speculative decoding; off by default);
+- ``speculation``: the ``spec_decode`` group's shape (speculative decoding; off by default);
 - ``validation``: the layer the schema is built from (pydantic, strict), and its errors said in
   one line naming the field and the value;
 - ``build``: a ``_target_`` node to its object, options checked against the class's signature;

@@ -8,7 +8,7 @@ or two fields at once (tp dividing the attention heads, a GPU that can run FP4) 
 the meaning is known (``sim.catalog``, ``sim.workload``).
 
 The ``workload`` group's shapes are in ``sim.config.workload_schema``, the ``autoscale``
-group's in ``sim.config.autoscale``, the ``spec_decode`` group's in ``sim.config.spec_decode``;
+group's in ``sim.config.autoscale``, the ``spec_decode`` group's in ``sim.config.speculation``;
 ``RunConfig`` here holds them all.
 
 The policy groups (``scheduler``, ``step_time``, ``router``) name a class in ``_target_``; their
@@ -29,7 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.autoscale import AutoscaleConfig
-from sim.config.spec_decode import SpecDecodeConfig
+from sim.config.speculation import SpecDecodeConfig
 from sim.config.validation import (
     INT32_MAX,
     MAX_REPLICAS,

@@ -1,6 +1,7 @@
 """A disaggregated fleet built from its config (``placement=disaggregated``): its two pools'
 engines (``sim.catalog.pools`` says what each pool is), the transfer cost between them, the
-decode router, and the summary's ``disaggregation`` block.
+decode router, each pool priced at its own GPU's rate, and the summary's ``disaggregation``
+block.
 
 The block: per pool, replicas, GPUs (type, TP), KV capacity per replica, $/hour at the pool's
 own GPU price, busy fraction (its steps' time over its replica-seconds) and KV use (step-time
@@ -23,22 +24,29 @@ from sim.catalog.placement import Placement
 from sim.catalog.pools import Pool, build_pools, in_pool_terms, kv_link
 from sim.config.build import build
 from sim.config.compose import load_option
-from sim.config.schema import CostConfig, DisaggregatedPlacement, RunConfig
+from sim.config.schema import DisaggregatedPlacement, RunConfig
 from sim.deploy.engines import EngineSetup
+from sim.deploy.shape import FleetShape, Priced, ReplicaGroup, billed
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
+from sim.fleet.admission import check_servable
+from sim.fleet.cluster import Cluster
 from sim.fleet.disaggregation import Disaggregation, TransferCost
-from sim.fleet.replica import Engine, Replica
+from sim.fleet.replica import Engine
 from sim.output.cost import gpu_price
 from sim.output.results import distribution
-from sim.output.step_log import StepTotals
+from sim.output.step_log import StepLog, StepTotals
+from sim.workload.source import Workload
 
 
-class DisaggregatedFleet:
+class DisaggregatedFleet(FleetShape):
     """A disaggregated run's two pools, their engines and the link between them (built from
     the config before the run: every refusal comes first)."""
 
+    moves_kv = True
+
     def __init__(self, cfg: dict[str, Any], run: RunConfig) -> None:
+        super().__init__(cfg, run)
         placement = self.placement_config = run.placement
         assert isinstance(placement, DisaggregatedPlacement)
         _refuse_unmodelled(run)
@@ -82,6 +90,7 @@ class DisaggregatedFleet:
             self._decode_reference = decode_setup.scheduler(0)
         self.admission.hand_off_to(self._decode_reference)
         self.setups = (prefill_setup, decode_setup)
+        self.engines = prefill_setup  # (the run's own: the one the router's requests meet)
         self.link = link = kv_link(placement, prefill.gpu, decode.gpu)
         kv_per_token_per_gpu = prefill.memory.kv_bytes_per_token_per_gpu
         if prefill_setup.spec is not None:  # a drafter's KV moves with the target's
@@ -102,11 +111,6 @@ class DisaggregatedFleet:
     @property
     def pools(self) -> tuple[Pool, Pool]:
         return self.prefill, self.decode
-
-    @property
-    def replica_pools(self) -> list[str]:
-        """Each replica's pool, by replica id: the prefill pool's first."""
-        return ["prefill"] * self.prefill.replicas + ["decode"] * self.decode.replicas
 
     @property
     def num_gpus(self) -> int:
@@ -135,12 +139,27 @@ class DisaggregatedFleet:
         ]
         return prefill + [[decode_setup.engine(0)] for _ in range(self.decode.replicas)]
 
-    def billed(self, cost: CostConfig) -> tuple[float, float]:
-        """The fleet's GPUs and its $/hour, each pool's GPUs at their own price."""
-        return float(self.num_gpus), sum(_prices(pool, cost)[1] for pool in self.pools)
+    @classmethod
+    def applies(cls, run: RunConfig) -> bool:
+        return isinstance(run.placement, DisaggregatedPlacement)
 
-    def connect(self, env: Any, replicas: list[Replica], seed: int) -> Disaggregation:
-        """The transfers between the cluster's ``replicas`` (prefill pool first)."""
+    def check_servable(
+        self, workload: Workload, model_ids: np.ndarray, length_field: tuple[str, Any]
+    ) -> list[Scheduler]:
+        # (the prefill pool's scheduler asks the decode pool too: ``hand_off_to``)
+        check_servable(workload, model_ids, [self.admission], length_field)
+        return [self.admission]
+
+    def replica_pools(self) -> list[str]:
+        """Each replica's pool, by replica id: the prefill pool's first."""
+        return ["prefill"] * self.prefill.replicas + ["decode"] * self.decode.replicas
+
+    def cluster_options(self) -> dict[str, Any]:
+        # the router feeds the prefill pool; the transfers feed the decode pool (``connect``)
+        return {**super().cluster_options(), "routed_replicas": self.prefill.replicas}
+
+    def connect(self, cluster: Cluster, seed: int) -> None:
+        """The transfers between the cluster's replicas (prefill pool first)."""
         router = build(self._router_cfg, "router", rng=rng.stream(seed, "placement.decode_router"))
         require(
             not getattr(router, "needs_prefix_cache", False),
@@ -148,14 +167,40 @@ class DisaggregatedFleet:
             self._router_cfg["_target_"].rsplit(".", 1)[-1],
             "routes on a prefix cache, which a decode pool does not consult",
         )
-        count = self.prefill.replicas
-        return Disaggregation(env, replicas[:count], replicas[count:], router, self.cost)
+        count, replicas = self.prefill.replicas, cluster.replicas
+        Disaggregation(cluster.env, replicas[:count], replicas[count:], router, self.cost)
 
+    def replica_groups(self) -> list[ReplicaGroup]:
+        """Each pool's replicas, their GPUs at the pool's own price."""
+        return [
+            ReplicaGroup(
+                pool.replicas,
+                pool.deployment.num_gpus,
+                gpu_price(self.run.cost, pool.deployment.gpu)[0],
+            )
+            for pool in self.pools
+        ]
 
-def _prices(pool: Pool, cost: CostConfig) -> tuple[float, float]:
-    """A pool's $/GPU-hour (its GPU's price under ``cost``) and its $/hour."""
-    price = gpu_price(cost, pool.deployment.gpu)[0]
-    return price, pool.replicas * pool.deployment.num_gpus * price
+    def priced(self) -> Priced:
+        return Priced(
+            num_gpus=self.num_gpus,
+            num_replicas=self.run.fleet.replicas,
+            kv_capacity_tokens=[self.setups[1].kv_capacity_tokens],
+            gpu=self.placement.deployments[0].gpu,
+            billed=billed(self.replica_groups()),
+        )
+
+    def add_to_summary(
+        self, summary: dict[str, Any], step_log: StepLog, column: Callable[[str], np.ndarray]
+    ) -> None:
+        summary["disaggregation"] = pools = disaggregation_summary(
+            self, step_log.pool_totals, column, summary["duration_s"]
+        )
+        if pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]:
+            # the fleet's $/GPU-hour is then a mean over GPUs of two prices
+            summary["cost"]["price_source"] = (
+                "each pool's GPUs at their own price (disaggregation.*.usd_per_gpu_hour)"
+            )
 
 
 def _one_model(pool: Pool) -> Placement:
@@ -189,13 +234,13 @@ def disaggregation_summary(
     pool_totals: dict[str, StepTotals],
     column: Callable[[str], np.ndarray],
     span_s: float,
-    cost: CostConfig,
 ) -> dict[str, Any]:
     """The block, from the pools, their step totals and the requests table's columns."""
     pools: dict[str, Any] = {}
-    for pool, setup in zip(fleet.pools, fleet.setups, strict=True):
+    groups = fleet.replica_groups()
+    for pool, setup, group in zip(fleet.pools, fleet.setups, groups, strict=True):
         deployment, totals = pool.deployment, pool_totals[pool.name]
-        price, usd_per_hour = _prices(pool, cost)
+        price, usd_per_hour = group.usd_per_gpu_hour, group.usd_per_hour
         busy = totals.busy_s
         pools[pool.name] = {
             "replicas": pool.replicas,
@@ -205,7 +250,7 @@ def disaggregation_summary(
             "weights": deployment.weights_precision,
             "kv": deployment.kv_precision,
             "scheduler": pool.cfg["scheduler"]["_target_"].rsplit(".", 1)[-1],
-            # (as its engines run it: a draft model's share taken out, sim.spec_decode)
+            # (as its engines run it: a draft model's share taken out, sim.deploy.speculation)
             "kv_capacity_tokens": setup.kv_capacity_tokens,
             "usd_per_gpu_hour": price,
             "usd_per_hour": usd_per_hour,

@@ -1,7 +1,8 @@
 """What one engine configuration builds its replicas' engines from: each model's step-time
 model (scaled for a what-if, with a prefix cache's host tier priced in), its KV cache and its
-scheduler. A run has one (``sim.run``); an autoscaled run one per engine configuration
-(``sim.fleet.autoscaler``); a disaggregated run one per pool (``sim.fleet.disaggregation``)."""
+scheduler. A fixed fleet has one (``sim.deploy.fixed``); an autoscaled fleet one per engine
+configuration (``sim.deploy.autoscaled``); a disaggregated fleet one per pool
+(``sim.deploy.disaggregated``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from sim.catalog.placement import Placement
 from sim.config.build import build, target_class
 from sim.config.schema import RunConfig
+from sim.deploy.speculation import speculation
 from sim.engine.kv_cache import KVCache
 from sim.engine.prefix_cache import PrefixCachingKVCache
 from sim.engine.scheduler.base import Scheduler
@@ -18,7 +20,6 @@ from sim.errors import ConfigError, require
 from sim.fleet.autoscaler import Variant
 from sim.fleet.replica import Engine
 from sim.output.cost import gpu_price
-from sim.spec_decode import speculation
 
 
 def host_tiers(run: RunConfig, placement: Placement) -> list[tuple[int, float]] | None:
@@ -75,7 +76,7 @@ class EngineSetup:
         ]
         if run.sim.step_time_scale != 1.0:
             step_times = [ScaledStepTime(m, run.sim.step_time_scale) for m in step_times]
-        self.spec = speculation(cfg, run, placement)  # (sim.spec_decode; None: off)
+        self.spec = speculation(cfg, run, placement)  # (sim.deploy.speculation; None: off)
         if self.spec is not None:  # the drafter's memory and time, the verification's width
             self.placement = self.spec.placement
             step_times = [self.spec.step_time(i, m) for i, m in enumerate(step_times)]

@@ -92,10 +92,9 @@ class Disaggregation:
         self.cost = cost
         self._by_id = {replica.replica_id: replica for replica in (*prefill, *decode)}
         for replica in prefill:
-            replica.on_handoff = self._handoff
+            replica.join_prefill_pool(self._handoff)
         for replica in decode:
-            replica.on_room = self._start_transfers
-            replica.engines[0].scheduler.in_pool = True
+            replica.join_decode_pool(self._start_transfers)
         # per decode replica: requests waiting for room (the seats kept for transfers under way
         # are its scheduler's ``seats_kept``)
         self._queues: dict[int, deque[Request]] = {r.replica_id: deque() for r in decode}
@@ -119,7 +118,7 @@ class Disaggregation:
         decode.expect(request)
         self._queues[decode.replica_id].append(request)
         self._first_check[request] = self._checks[decode.replica_id] + 1
-        decode.transfers_waiting += 1
+        decode.transfer_queued()
         if self._start_transfers(decode, decode.unapplied_kv_blocks(prefill.priority)):
             decode.end_stretch_now(prefill.priority)
 
@@ -133,17 +132,14 @@ class Disaggregation:
         self._checks[decode.replica_id] += 1
         while queue:
             request = queue[0]
-            if len(scheduler.running) + scheduler.seats_kept >= scheduler.max_num_seqs:
-                return started
-            # the blocks are kept under a stand-in until the KV arrives (the request still
-            # holds its prefill replica's blocks until then)
+            # the seat and blocks are kept under a stand-in until the KV arrives (the request
+            # still holds its prefill replica's blocks until then)
             keeper = Request(-1, 0.0, request.prompt_tokens, 1)
-            if not scheduler.keep_room(keeper, request, unapplied_blocks):
+            if not scheduler.keep_for_transfer(keeper, request, unapplied_blocks):
                 return started
             decode.kv_changed_outside(keeper.kv_slots // scheduler.kv.block_size)
             queue.popleft()
-            decode.transfers_waiting -= 1
-            scheduler.seats_kept += 1
+            decode.transfer_started()
             # room found at the first look after the handoff: it did not wait for room
             found_at_once = self._first_check.pop(request) == self._checks[decode.replica_id]
             self._transfer(request, decode, keeper, found_at_once)

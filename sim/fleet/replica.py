@@ -107,8 +107,8 @@ class Replica:
         self._outside_blocks = 0
         self.process: simpy.Process | None = None
         # disaggregation (sim.fleet.disaggregation): a prefill replica hands each prefilled
-        # request to ``on_handoff``; a decode replica with transfers waiting for room calls
-        # ``on_room`` after each step
+        # request to ``on_handoff`` (``join_prefill_pool``); a decode replica with transfers
+        # waiting for room calls ``on_room`` after each step (``join_decode_pool``)
         self.on_handoff: Callable[[Request, Replica], None] | None = None
         self.on_room: Callable[[Replica], object] | None = None
         self.transfers_waiting = 0
@@ -236,6 +236,25 @@ class Replica:
         self._count_load()
         self.num_outstanding += 1
         self.committed_tokens += request.prompt_tokens + request.output_tokens
+
+    def join_prefill_pool(self, on_handoff: Callable[[Request, Replica], None]) -> None:
+        """Hand each request this replica prefilled to ``on_handoff`` (with this replica),
+        its KV held here until its transfer ends (``sim.fleet.disaggregation``)."""
+        self.on_handoff = on_handoff
+
+    def join_decode_pool(self, on_room: Callable[[Replica], object]) -> None:
+        """Take prefilled requests whose KV arrives (``receive``); while transfers wait for
+        room here (``transfer_queued``), call ``on_room`` after each step."""
+        self.on_room = on_room
+        self.engines[0].scheduler.join_decode_pool()
+
+    def transfer_queued(self) -> None:
+        """A prefilled request now waits for room here (``on_room`` looks after each step)."""
+        self.transfers_waiting += 1
+
+    def transfer_started(self) -> None:
+        """A request that waited for room here found it: its transfer is under way."""
+        self.transfers_waiting -= 1
 
     def receive(self, request: Request, caller_priority: int) -> None:
         """The KV of ``request`` has arrived (it holds its blocks here): it joins the running

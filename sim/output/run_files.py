@@ -17,6 +17,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,13 @@ class RunResult:
     summary: dict
     config: dict
     rejection_texts: dict[str, str] = field(default_factory=dict)
-    scaling: pa.Table | None = None  # an autoscaled fleet's changes (sim.output.scaling)
+    # the fleet's own files, by name (an autoscaled fleet's ``scaling.parquet``)
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+
+    @property
+    def scaling(self) -> pa.Table | None:
+        """An autoscaled fleet's changes (``sim.output.scaling``); None for another fleet."""
+        return self.tables.get(SCALING_FILE)
 
 
 def _temporary(folder: Path, name: str) -> Path:
@@ -105,9 +112,10 @@ class RunFolder:
 
 
 def write_run(result: RunResult, output_dir: str | Path) -> Path:
-    """Write the four files of a run held in memory. ``summary.json`` goes last: its presence
-    marks a finished run, and a run that fails before it leaves no summary."""
-    import pyarrow.parquet as pq
+    """Write the files of a run held in memory (its four, and the fleet's own: an autoscaled
+    fleet's ``scaling.parquet``). ``summary.json`` goes last: its presence marks a finished
+    run, and a run that fails before it leaves no summary."""
+    import pyarrow.parquet as pq  # (Parquet's writer: not imported before a run writes)
 
     assert result.requests is not None and result.steps is not None, "already written"
     out = Path(output_dir)
@@ -116,9 +124,8 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     _atomic_write(out / CONFIG_FILE, lambda p: Path(p).write_text(config_text(result.config)))
     _atomic_write(out / REQUESTS_FILE, lambda p: pq.write_table(result.requests, p))
     _atomic_write(out / STEPS_FILE, lambda p: pq.write_table(result.steps, p))
-    scaling = result.scaling
-    if scaling is not None:
-        _atomic_write(out / SCALING_FILE, lambda p: pq.write_table(scaling, p))
+    for name, table in result.tables.items():
+        _atomic_write(out / name, partial(pq.write_table, table))
     _atomic_write(out / SUMMARY_FILE, lambda p: Path(p).write_text(to_json(result.summary)))
     return out
 

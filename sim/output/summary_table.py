@@ -162,7 +162,7 @@ def format_summary(
 
 
 def _spec_decode_lines(spec: Mapping | None) -> list[str]:
-    """Speculative decoding in one line (``sim.spec_decode``), none when it was off."""
+    """Speculative decoding in one line (``sim.deploy.speculation``), none when it was off."""
     if not spec:
         return []
     drafter = spec["draft_model"] or spec["method"]

@@ -13,8 +13,13 @@ uncertainty of each figure.
   ranked table;
 - ``candidates``: what a plan searches: the grid's combinations, the keys the planner sets
   itself, each candidate's fewest replicas (a disaggregated fleet's prefill pool plus one);
-- ``planner``: the command: the plan's settings, candidates from a grid or a list, the
-  searches with their what-ifs and headroom, the plan folder and the progress;
+- ``settings``: the plan's settings (``plan.*``, a day plan's ``plan.day.*``) and a plan
+  checked and ready to run, which every other module reads;
+- ``searches``: one plan's searches side by side: each candidate's answer with its what-ifs
+  and headroom, the progress, ``plan.parquet`` and ``plan.json``;
+- ``planner``: the command, at the top of the package's imports: the plan checked
+  (candidates from a grid or a list, an example run for the SLOs), then run as a plan of
+  candidates or a day plan (``run_plan``, ``main``);
 - ``day``: a day of a ``daily`` workload planned by period, and three fleets for the day (the
   peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``);
 - ``hourly``: a day's answer hour by hour: SLO attainment with Wilson intervals, and the plan's

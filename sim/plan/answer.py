@@ -8,14 +8,14 @@ fleet's pools each at its own GPU's price."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
+from sim.output.summary_table import _num
 from sim.plan.replications import Point
-
-if TYPE_CHECKING:
-    from sim.plan.planner import PlanConfig
+from sim.plan.settings import PlanConfig
+from sim.sweeps.runs import flatten
 
 
 @dataclass
@@ -121,8 +121,6 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
 
 
 def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Table:
-    from sim.sweeps.runs import flatten
-
     rows = []
 
     def add(
@@ -164,8 +162,6 @@ def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Tab
 
 def ranked_table(plan_json: dict[str, Any]) -> str:
     """Cheapest first; infeasible candidates after, with their reason."""
-    from sim.output.summary_table import _num
-
     feasible = [c for c in plan_json["candidates"] if c["feasible"]]
     feasible.sort(key=lambda c: (c["usd_per_hour"], c["candidate"]))
     confidence = plan_json["confidence"]

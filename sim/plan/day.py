@@ -32,40 +32,29 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import Any
 
 import numpy as np
 import yaml
-from pydantic import Field
 
 from sim.config.compose import ENGINE_GROUPS
-from sim.config.validation import Positive, StrictModel, validate
+from sim.config.validation import validate
+from sim.config.workload_schema import DailyWorkload
 from sim.errors import ConfigError, require
 from sim.plan.hourly import HOURS, hourly_attainment
 from sim.plan.runs import Job
-
-if TYPE_CHECKING:
-    from sim.plan.planner import Prepared
+from sim.plan.searches import plan_candidates
+from sim.plan.settings import DayPlanConfig, Prepared, load_plan
+from sim.workload.day import hourly_rates, period_workload, split_day
 
 DAY_PLAN_FILE = "day_plan.json"
 ANSWERS = ("peak", "seasonal", "autoscaled")
 
 
-class DayPlanConfig(StrictModel):
-    section: ClassVar[str] = "plan.day"
-
-    # null: no day plan; N: N periods found from the rate curve; or [[start, end], ...]
-    periods: Annotated[int, Field(ge=1, le=HOURS)] | list[list[int]] | None = None
-    period_s: Positive = 900.0  # simulated seconds of each period's stationary runs
-    # overrides of the autoscaled answer's autoscale.* (policy, target, provision_s, ...)
-    autoscale: dict[str, Any] = Field(default_factory=dict)
-
-
 def day_periods(day: DayPlanConfig, rates: np.ndarray) -> list[tuple[int, int]]:
     """The periods: found (``split_day``) or given, then checked to cover the day once."""
-    from sim.workload.day import split_day
-
     if isinstance(day.periods, int):
         return split_day(rates, day.periods)
     assert day.periods is not None
@@ -97,8 +86,6 @@ def day_checks(day: DayPlanConfig, cfg: dict[str, Any], each: list[list[str]]) -
     """A day plan's own checks, before any simulation (``cfg``: the composed base, ``each``:
     the candidates); the overrides of its first period's workload, for the planner's example
     run (a whole day of one replica would take long)."""
-    from sim.workload.day import hourly_rates, period_workload
-
     workload = cfg["workload"]
     require(
         workload.get("kind") == "daily",
@@ -126,8 +113,6 @@ def day_checks(day: DayPlanConfig, cfg: dict[str, Any], each: list[list[str]]) -
 def workload_overrides(base: dict[str, Any], workload: dict[str, Any]) -> list[str]:
     """Overrides that turn the ``base`` daily workload into ``workload`` (``period_workload``'s:
     the same lengths, its own rate, clock and span), compared as the schema reads both."""
-    from sim.config.workload_schema import DailyWorkload
-
     given: dict[str, Any] = validate(DailyWorkload, base, "workload").model_dump()
     out = []
     for key, value in workload.items():
@@ -157,10 +142,6 @@ def engine_settings(candidate: list[str]) -> dict[str, Any]:
 def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
     """The day plan (module docstring): each period planned, three answers simulated over the
     day; writes ``day_plan.json`` and returns its object."""
-    from sim.config.workload_schema import DailyWorkload
-    from sim.plan.planner import Prepared, execute
-    from sim.workload.day import hourly_rates, period_workload
-
     plan, folder = prepared.plan, prepared.folder
     day = plan.day
     assert prepared.day_workload is not None  # prepare() composed it (no Hydra in here)
@@ -194,7 +175,7 @@ def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
             prepared.candidates,
             folder / entry["folder"],
         )
-        answers = [c for c in execute(sub, launch, progress)["candidates"] if c["feasible"]]
+        answers = [c for c in plan_candidates(sub, launch, progress)["candidates"] if c["feasible"]]
         if not answers:
             raise ConfigError(
                 "plan.day.periods",
@@ -388,10 +369,6 @@ def _day_json(
 def _command(prepared: Prepared) -> str:
     """The ``fleetcast plan`` command of this plan: its base overrides and every ``plan.*``
     setting that is not the default."""
-    import shlex
-
-    from sim.plan.planner import load_plan
-
     default = load_plan([])[0].model_dump()
     settings = []
     for key, value in prepared.plan.model_dump().items():

@@ -40,253 +40,33 @@ simulation's identity in ``runs/``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any
 
-import pyarrow.parquet as pq
-from pydantic import Field
-
-import sim
-from sim.config.validation import Count, StrictModel, validate
+from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
-from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
+from sim.plan.answer import ranked_table
 from sim.plan.candidates import candidates, fewest_replicas, refuse_planned
-from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_checks, day_table
-from sim.plan.replications import Point, evaluate
+from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
-from sim.plan.runs import Job, LocalLauncher, RefusedRun, Simulations
-from sim.plan.search import smallest_meeting
-from sim.plan.slo import Constraint, parse
+from sim.plan.runs import Job, LocalLauncher, Simulations
+from sim.plan.searches import plan_candidates
+from sim.plan.settings import PlanConfig, Prepared, load_plan
+from sim.plan.slo import parse
+from sim.run import simulate
 
-
-class PlanConfig(StrictModel):
-    section: ClassVar[str] = "plan"
-
-    slo: list[str]
-    grid: dict[str, list[Any]] = Field(default_factory=dict)
-    # candidates given one by one (added to the grid's), each a list of overrides
-    candidates: list[list[str]] = Field(default_factory=list)
-    max_replicas: Count = 64
-    min_replications: Count = 3
-    max_replications: Count = 10
-    confidence: float = Field(0.95, gt=0, lt=1)
-    # the largest share of a chosen count's replications that may miss an SLO
-    max_miss_probability: float = Field(0.2, ge=0, le=1)
-    jobs: Count | None = None
-    output_dir: str | None = None
-    # what-ifs at each answer: the count if every step were this much slower or faster, and
-    # if the arrival rate were this much higher (sim.step_time_scale, sim.arrival_rate_scale)
-    step_time_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
-    rate_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
-    # the headroom: the rate multiple at which the chosen fleet stops being stable (the knee),
-    # searched up to this multiple (null: not searched)
-    max_headroom: Annotated[float, Field(gt=1)] | None = None
-    # the first replication's seed (then seed + 1, ...); null: the config's seed
-    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
-    # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
-    day: DayPlanConfig = Field(default_factory=DayPlanConfig)
-
-
-def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
-    """The plan settings (defaults, then the ``plan.*`` overrides) and the other overrides."""
-    from omegaconf import OmegaConf
-
-    from sim.resources import config_dir
-
-    mine = [o for o in overrides if o.startswith("plan.")]
-    rest = [o for o in overrides if not o.startswith("plan.")]
-    node = OmegaConf.load(config_dir() / "plan" / "default.yaml")
-    try:
-        given = OmegaConf.from_dotlist([o.removeprefix("plan.") for o in mine])
-        merged = OmegaConf.to_container(OmegaConf.merge(node, given))
-    except Exception as err:  # OmegaConf's grammar and merge errors have many types
-        reason = " ".join(str(err).split())
-        raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
-    refuse_planned(rest)
-    return validate(PlanConfig, merged, "plan"), rest
-
-
-def plan_candidate(
-    candidate: list[str],
-    sims: Simulations,
-    constraints: list[Constraint],
-    plan: PlanConfig,
-    fewest: int = 1,
-) -> Answer:
-    """The search for one candidate, then its what-ifs and headroom at the answer, side by
-    side (runs in a search thread of ``sim.plan.rounds``). ``fewest``: the fewest replicas
-    its fleet can have (``fewest_replicas``); no search asks for fewer."""
-
-    def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
-        def point(replicas: int) -> Point:
-            return evaluate(
-                replicas,
-                lambda r: sims.summary([*candidate, *extra], replicas, r),
-                constraints,
-                min_replications=plan.min_replications,
-                max_replications=plan.max_replications,
-                confidence=plan.confidence,
-                max_miss_probability=plan.max_miss_probability,
-                fetch=lambda rs: sims.summaries([*candidate, *extra], replicas, rs),
-            )
-
-        return smallest_meeting(
-            point, lambda p: p.decision == "meets", plan.max_replicas, start=start, lowest=fewest
-        )
-
-    label = " ".join(candidate) or "base"
-    try:
-        found, points = search([], fewest)
-    except RefusedRun as err:  # a combination the catalog cannot run (FP8 on an A100)
-        return Answer(label, candidate, None, {}, f"cannot run: {err}")
-    if not points:
-        return Answer(
-            label,
-            candidate,
-            None,
-            points,
-            f"needs {fewest} replicas at least (its prefill pool and one decode replica), "
-            f"above plan.max_replicas={plan.max_replicas}",
-        )
-    if found is None:
-        last = points[max(points)]
-        return Answer(
-            label,
-            candidate,
-            None,
-            points,
-            f"misses at {max(points)} replicas ({last.reason}): no count up to "
-            f"plan.max_replicas={plan.max_replicas} meets every SLO",
-        )
-    answer = Answer(label, candidate, found, points, "")
-    whatifs = [f"step_time x{k:g}" for k in plan.step_time_scales] + [
-        f"rate x{k:g}" for k in plan.rate_scales
-    ]
-    scaled = [f"sim.step_time_scale={k:g}" for k in plan.step_time_scales] + [
-        f"sim.arrival_rate_scale={k:g}" for k in plan.rate_scales
-    ]
-    searches: list[Callable[[], Any]] = [
-        partial(_unless_refused, partial(search, [extra], found)) for extra in scaled
-    ]
-    if plan.max_headroom is not None:
-        most = plan.max_headroom
-        searches.append(partial(_unless_refused, lambda: _headroom(candidate, found, sims, most)))
-    results = sims.rounds.parallel(searches)
-    # a what-if its candidate cannot run (a rate what-if of a closed-loop candidate) is left out
-    answer.whatifs = {
-        name: found for name, found in zip(whatifs, results, strict=False) if found is not None
-    }
-    if plan.max_headroom is not None:
-        answer.headroom = results[-1] or {}
-    return answer
-
-
-def _unless_refused(search: Callable[[], Any]) -> Any:
-    """``search()``, or None when a simulation it needs is refused."""
-    try:
-        return search()
-    except RefusedRun:
-        return None
-
-
-def _headroom(
-    candidate: list[str], replicas: int, sims: Simulations, most: float
-) -> dict[float, dict[str, Any]]:
-    """The chosen fleet at rising rate multiples (one replication each): 1.25, 2.5, 5, ...
-    until it is no longer ``stable`` (near saturation, undetermined or unstable: the knee) or
-    past ``most``, then bisected (in ratio) to within 5%."""
-    seen: dict[float, dict[str, Any]] = {}
-
-    def unstable(k: float) -> bool:
-        k = float(f"{k:.4g}")
-        if k not in seen:
-            extra = [f"sim.arrival_rate_scale={k:g}"]
-            seen[k] = sims.summary([*candidate, *extra], replicas, 0)
-        return (seen[k].get("stability") or {}).get("verdict") != "stable"
-
-    low, k = 1.0, 1.25
-    while not unstable(k):
-        low = k
-        if k >= most:
-            return seen
-        k = min(2 * k, most)
-    high = k
-    while high / low > 1.05:
-        mid = math.sqrt(low * high)
-        if unstable(mid):
-            high = mid
-        else:
-            low = mid
-    return seen
-
-
-@dataclass
-class Prepared:
-    """A plan checked and ready to run: its settings, base overrides, first seed, candidates
-    and folder (``plan_request.json`` in the folder, for Hydra's sweeper)."""
-
-    plan: PlanConfig
-    base: list[str]
-    seed: int
-    candidates: list[list[str]]
-    folder: Path
-    day_workload: dict[str, Any] | None = None  # a day plan's base workload, composed
-    # each candidate's fewest replicas (fewest_replicas); None: 1 for every candidate
-    fewest: list[int] | None = None
-
-    REQUEST_FILE: ClassVar[str] = "plan_request.json"
-
-    def write(self) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / self.REQUEST_FILE
-        text = json.dumps(
-            {
-                "plan": self.plan.model_dump(),
-                "base": self.base,
-                "seed": self.seed,
-                "candidates": self.candidates,
-                "folder": str(self.folder),
-                "day_workload": self.day_workload,
-                "fewest": self.fewest,
-                "version": sim.__version__,
-            },
-            indent=1,
-        )
-        tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)
-        return path
-
-    @classmethod
-    def read(cls, path: Path) -> Prepared:
-        given = json.loads(path.read_text())
-        return cls(
-            validate(PlanConfig, given["plan"], "plan"),
-            given["base"],
-            given["seed"],
-            given["candidates"],
-            Path(given["folder"]),
-            given.get("day_workload"),
-            given.get("fewest"),
-        )
+__all__ = ["PlanConfig", "Prepared", "execute", "load_plan", "main", "prepare", "run_plan"]
 
 
 def prepare(overrides: list[str]) -> Prepared:
     """Check everything a plan is given before any of its simulations runs: the ``plan.*``
     settings, the base and every candidate composed, the SLOs against an example summary (one
     replica of the base deployment, simulated here). ConfigError on the first problem."""
-    from sim.config.compose import check_overrides, compose_config
-    from sim.run import simulate
-
     plan, base = load_plan(overrides)
     check_overrides(base)
     require(
@@ -338,39 +118,8 @@ def execute(
     ``plan.parquet`` and ``plan.json`` into its folder and return ``plan.json``'s object (a
     day plan: ``day_plan.json``'s, ``sim.plan.day``)."""
     if prepared.plan.day.periods is not None:
-        from sim.plan.day import plan_day
-
         return plan_day(prepared, launch, progress)
-    plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
-    fewest = prepared.fewest or [1] * len(each)
-    constraints = [parse(text) for text in plan.slo]
-    with _Progress(len(each), progress) as bar:
-        rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
-        sims = Simulations(prepared.base, prepared.seed, rounds)
-
-        def one(candidate: list[str], least: int) -> Answer:
-            answer = plan_candidate(candidate, sims, constraints, plan, least)
-            bar.done(answer)
-            return answer
-
-        ordered = rounds.run([partial(one, c, n) for c, n in zip(each, fewest, strict=True)])
-    plan_json = {
-        "slo": [str(c) for c in constraints],
-        "confidence": plan.confidence,
-        "max_miss_probability": plan.max_miss_probability,
-        "base_overrides": prepared.base,
-        "seed": prepared.seed,
-        "candidates": [answer_json(a, plan) for a in ordered],
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    table = rows_table(ordered, prepared.seed, list(plan.grid))
-    tmp = folder / ".plan.parquet.partial"
-    pq.write_table(table, tmp)
-    tmp.replace(folder / "plan.parquet")
-    tmp = folder / ".plan.json.partial"
-    tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
-    tmp.replace(folder / "plan.json")
-    return plan_json
+    return plan_candidates(prepared, launch, progress)
 
 
 def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[str, Any]]:
@@ -380,52 +129,6 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
     jobs = prepared.plan.jobs or os.cpu_count() or 1
     with LocalLauncher(prepared.folder, jobs) as launch:
         return prepared.folder, execute(prepared, launch, progress)
-
-
-class _Progress:
-    """One line per candidate as it is planned and, on a terminal, a progress bar over the
-    candidates whose postfix counts the simulations launched so far. Silent unless
-    ``shown``."""
-
-    def __init__(self, total: int, shown: bool) -> None:
-        self.total, self.shown = total, shown
-        self.planned = 0
-        self._lock = threading.Lock()  # candidates end in their own threads
-        self._bar: Any = None
-
-    def __enter__(self) -> _Progress:
-        if self.shown and sys.stderr.isatty():  # the lines alone in a log
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=self.total, unit="candidate", file=sys.stderr, leave=False)
-        return self
-
-    def round(self, launched: int, total: int) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(f"{total} simulations")
-
-    def done(self, answer: Answer) -> None:
-        with self._lock:
-            self.planned += 1
-            if not self.shown:
-                return
-            found = f"{answer.replicas} replica(s)" if answer.replicas is not None else "infeasible"
-            if answer.fleet is not None:
-                found += f" = {answer.fleet}"
-            simulations = sum(p.replications for p in answer.points.values())
-            line = (
-                f"[{self.planned}/{self.total}] {answer.label}: {found} ({len(answer.points)} "
-                f"counts, {simulations} simulations)"
-            )
-            if self._bar is None:
-                print(line, file=sys.stderr)
-                return
-            self._bar.write(line, file=sys.stderr)
-            self._bar.update(1)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 # Hydra keys the plan sets for its sweep (its folder is plan.output_dir)
@@ -439,8 +142,6 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
     then run as a Hydra multirun (``run_hydra``, the command line's runner) whose sweeper is
     the plan (its simulations go through the chosen launcher, as a sweep's jobs do), and the
     ranked table printed."""
-    from sim.config.compose import HYDRA_OVERRIDE
-
     if any(arg in ("-h", "--help") for arg in argv):
         print(__doc__)
         return 0

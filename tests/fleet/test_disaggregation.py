@@ -91,8 +91,21 @@ def _cluster(*overrides: str) -> tuple[Cluster, DisaggregatedFleet]:
         StepLog("none", [fleet.prefill.deployment.memory.num_blocks]),
         routed_replicas=fleet.prefill.replicas,
     )
-    fleet.connect(cluster.env, cluster.replicas, run.seed)
+    fleet.connect(cluster, run.seed)
     return cluster, fleet
+
+
+def test_the_pools_are_joined_through_their_replicas_own_methods():
+    cluster, fleet = _cluster(*ONE_REQUEST, "fleet.replicas=3")
+    prefill, *decode = cluster.replicas
+    # a prefill replica hands its requests over; each decode replica waits for room
+    assert prefill.on_handoff is not None and prefill.on_room is None
+    assert all(r.on_room is not None and r.on_handoff is None for r in decode)
+    assert all(r.engines[0].scheduler.in_pool for r in cluster.replicas)
+    assert prefill.engines[0].scheduler.decode_pool is not None
+    assert all(r.engines[0].scheduler.decode_pool is None for r in decode)
+    cluster.run()
+    assert all(r.transfers_waiting == 0 for r in decode)  # each one queued has started
 
 
 def test_kv_is_held_on_both_sides_during_the_transfer_and_freed_after():

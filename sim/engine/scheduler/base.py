@@ -118,6 +118,12 @@ class Scheduler:
         self.decode_pool = decode
         self.in_pool = True
 
+    def join_decode_pool(self) -> None:
+        """Make this a decode pool's scheduler (``sim.fleet.disaggregation``): prefilled
+        requests join its batch with KV and a seat kept for them (``keep_for_transfer``), so
+        it may have nothing to plan while requests wait for that KV."""
+        self.in_pool = True
+
     def speculate(self, acceptance: DraftAcceptance) -> None:
         """Verify ``acceptance.num_draft_tokens`` drafts with every decode from now on
         (speculative decoding, before the first request arrives), kept as ``acceptance``
@@ -327,6 +333,22 @@ class Scheduler:
             if request.status is not TRANSFERRING:  # (its KV is held until the transfer ends)
                 self.kv.free(request)
         self.running = [r for r in self.running if r.status == RUNNING]
+
+    def has_free_seat(self) -> bool:
+        """Whether a request could join the running batch now: fewer running than
+        ``max_num_seqs``, the seats kept for transfers under way counted as taken."""
+        return len(self.running) + self.seats_kept < self.max_num_seqs
+
+    def keep_for_transfer(
+        self, keeper: Request, request: Request, unapplied_blocks: int = 0
+    ) -> bool:
+        """A decode pool's scheduler keeps a seat and KV room (``keep_room``) for a prefilled
+        ``request`` whose KV is still to arrive, if it has both now; the seat is taken back
+        when the request joins (``admit_transferred``)."""
+        if not self.has_free_seat() or not self.keep_room(keeper, request, unapplied_blocks):
+            return False
+        self.seats_kept += 1
+        return True
 
     def keep_room(self, keeper: Request, request: Request, unapplied_blocks: int = 0) -> bool:
         """A decode pool's scheduler keeps KV room for a prefilled ``request`` under ``keeper``

@@ -111,3 +111,34 @@ def test_decode_stretch_stops_before_the_kv_pool_runs_out():
         assert p.preempted == [] and len(p.decodes) == 4
         end(sched, p, float(i))
     assert sched.schedule().preempted != []
+
+
+def _keeper(request):
+    """The stand-in that holds a transfer's blocks until its KV arrives."""
+    return req(-1, request.prompt_tokens, 1)
+
+
+def test_a_decode_pool_keeps_a_seat_and_room_for_a_transfer_or_neither():
+    sched = VLLMScheduler(KVCache(10, 4), max_num_seqs=2)  # 10 blocks of 4 tokens, 2 seats
+    sched.join_decode_pool()
+    assert sched.in_pool and sched.has_free_seat()
+    first, second, third = (req(i, 8, 4) for i in range(3))  # 2 blocks each
+    assert sched.keep_for_transfer(_keeper(first), first)
+    assert sched.keep_for_transfer(_keeper(second), second)
+    assert sched.seats_kept == 2 and sched.kv.num_used_blocks == 4
+    # no seat left: nothing is kept, not even the blocks
+    assert not sched.has_free_seat()
+    assert not sched.keep_for_transfer(_keeper(third), third)
+    assert sched.seats_kept == 2 and sched.kv.num_used_blocks == 4
+    # a kept seat is taken back when its request joins: it counts as running instead
+    sched.kv.grow(first, first.prompt_tokens)
+    sched.admit_transferred(first)
+    assert sched.seats_kept == 1 and sched.running == [first] and not sched.has_free_seat()
+
+
+def test_a_seat_without_room_is_not_kept():
+    sched = VLLMScheduler(KVCache(10, 4), max_num_seqs=4)
+    sched.join_decode_pool()
+    big = req(0, 44, 4)  # 11 blocks: more than the pool
+    assert not sched.keep_for_transfer(_keeper(big), big)
+    assert sched.seats_kept == 0 and sched.kv.num_used_blocks == 0 and sched.has_free_seat()

@@ -1,4 +1,5 @@
-"""The ``spec_decode`` group's shape: speculative decoding (``sim.spec_decode`` builds it).
+"""The ``spec_decode`` group's shape: speculative decoding (``sim.deploy.speculation`` builds
+it).
 
 A drafter proposes ``num_draft_tokens`` (K) tokens for each decoding request; the target verifies
 them in its next step and keeps the accepted prefix plus one token of its own. Off by default
@@ -6,7 +7,8 @@ them in its next step and keeps the accepted prefix plus one token of its own. O
 
 Here are only the rules one value must keep. What needs K and another key at once (a per-position
 list of K fractions, a drafter named for ``method=draft_model``) or the catalog (the draft model's
-vocabulary and size) is checked where it is built, ``sim.spec_decode``, and only when K > 0.
+vocabulary and size) is checked where it is built, ``sim.deploy.speculation``, and only when
+K > 0.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from sim.catalog.placement import Placement
 from sim.config.build import build
 from sim.config.compose import load_option
 from sim.config.schema import ModelConfig, RunConfig
-from sim.config.spec_decode import SpecDecodeConfig
+from sim.config.speculation import SpecDecodeConfig
 from sim.engine.scheduler.base import Scheduler
 from sim.engine.speculation import (
     DraftAcceptance,

@@ -1,4 +1,4 @@
-"""Speculative decoding (``spec_decode.*``: ``sim.spec_decode``, ``sim.engine.speculation``):
+"""Speculative decoding (``spec_decode.*``: ``sim.deploy.speculation``, ``sim.engine.speculation``):
 acceptance 0 is plain decoding with wider steps, acceptance 1 advances K + 1 tokens a step, the
 mean matches the acceptance model, every scheduler keeps its KV within the pool, runs repeat
 exactly, the drafter's memory and time are what the module docstring says, and with the group

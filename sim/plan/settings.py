@@ -1,0 +1,124 @@
+"""A plan's settings (``plan.*``, ``configs/plan/default.yaml``; a day plan's ``plan.day.*``)
+and a plan checked and ready to run (``Prepared``): what every other part of ``sim.plan``
+reads, so that none needs the command (``sim.plan.planner``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from omegaconf import OmegaConf
+from pydantic import Field
+
+import sim
+from sim.config.validation import Count, Positive, StrictModel, validate
+from sim.errors import ConfigError
+from sim.plan.candidates import refuse_planned
+from sim.plan.hourly import HOURS
+from sim.resources import config_dir
+
+
+class DayPlanConfig(StrictModel):
+    section: ClassVar[str] = "plan.day"
+
+    # null: no day plan; N: N periods found from the rate curve; or [[start, end], ...]
+    periods: Annotated[int, Field(ge=1, le=HOURS)] | list[list[int]] | None = None
+    period_s: Positive = 900.0  # simulated seconds of each period's stationary runs
+    # overrides of the autoscaled answer's autoscale.* (policy, target, provision_s, ...)
+    autoscale: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanConfig(StrictModel):
+    section: ClassVar[str] = "plan"
+
+    slo: list[str]
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    # candidates given one by one (added to the grid's), each a list of overrides
+    candidates: list[list[str]] = Field(default_factory=list)
+    max_replicas: Count = 64
+    min_replications: Count = 3
+    max_replications: Count = 10
+    confidence: float = Field(0.95, gt=0, lt=1)
+    # the largest share of a chosen count's replications that may miss an SLO
+    max_miss_probability: float = Field(0.2, ge=0, le=1)
+    jobs: Count | None = None
+    output_dir: str | None = None
+    # what-ifs at each answer: the count if every step were this much slower or faster, and
+    # if the arrival rate were this much higher (sim.step_time_scale, sim.arrival_rate_scale)
+    step_time_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    rate_scales: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+    # the headroom: the rate multiple at which the chosen fleet stops being stable (the knee),
+    # searched up to this multiple (null: not searched)
+    max_headroom: Annotated[float, Field(gt=1)] | None = None
+    # the first replication's seed (then seed + 1, ...); null: the config's seed
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
+    day: DayPlanConfig = Field(default_factory=DayPlanConfig)
+
+
+def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
+    """The plan settings (defaults, then the ``plan.*`` overrides) and the other overrides."""
+    mine = [o for o in overrides if o.startswith("plan.")]
+    rest = [o for o in overrides if not o.startswith("plan.")]
+    node = OmegaConf.load(config_dir() / "plan" / "default.yaml")
+    try:
+        given = OmegaConf.from_dotlist([o.removeprefix("plan.") for o in mine])
+        merged = OmegaConf.to_container(OmegaConf.merge(node, given))
+    except Exception as err:  # OmegaConf's grammar and merge errors have many types
+        reason = " ".join(str(err).split())
+        raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
+    refuse_planned(rest)
+    return validate(PlanConfig, merged, "plan"), rest
+
+
+@dataclass
+class Prepared:
+    """A plan checked and ready to run: its settings, base overrides, first seed, candidates
+    and folder (``plan_request.json`` in the folder, for Hydra's sweeper)."""
+
+    plan: PlanConfig
+    base: list[str]
+    seed: int
+    candidates: list[list[str]]
+    folder: Path
+    day_workload: dict[str, Any] | None = None  # a day plan's base workload, composed
+    # each candidate's fewest replicas (fewest_replicas); None: 1 for every candidate
+    fewest: list[int] | None = None
+
+    REQUEST_FILE: ClassVar[str] = "plan_request.json"
+
+    def write(self) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / self.REQUEST_FILE
+        text = json.dumps(
+            {
+                "plan": self.plan.model_dump(),
+                "base": self.base,
+                "seed": self.seed,
+                "candidates": self.candidates,
+                "folder": str(self.folder),
+                "day_workload": self.day_workload,
+                "fewest": self.fewest,
+                "version": sim.__version__,
+            },
+            indent=1,
+        )
+        tmp = path.with_name(f".{path.name}.partial")
+        tmp.write_text(text + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> Prepared:
+        given = json.loads(path.read_text())
+        return cls(
+            validate(PlanConfig, given["plan"], "plan"),
+            given["base"],
+            given["seed"],
+            given["candidates"],
+            Path(given["folder"]),
+            given.get("day_workload"),
+            given.get("fewest"),
+        )
