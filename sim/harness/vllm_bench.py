@@ -50,22 +50,22 @@ def summary_ms(keys: Keys, stem: str, definition: Definition) -> Statistic | Non
     pattern = re.compile(rf"^p(\d+(?:\.\d+)?)_{re.escape(stem)}_ms$")
     for key in keys.obj:
         if match := pattern.match(key):
-            value = keys.optional_number(key)
+            value = keys.measured_seconds(key, MS)
             if value is not None:
-                percentiles[float(match.group(1))] = value * MS
-    median = keys.optional_number(f"median_{stem}_ms")
+                percentiles[float(match.group(1))] = value
+    median = keys.measured_seconds(f"median_{stem}_ms", MS)
     if median is not None:
-        percentiles[50.0] = median * MS
-    mean = keys.optional_number(f"mean_{stem}_ms")
-    std = keys.optional_number(f"std_{stem}_ms")
+        percentiles[50.0] = median
+    mean = keys.measured_seconds(f"mean_{stem}_ms", MS)
+    std = keys.measured_seconds(f"std_{stem}_ms", MS, spread=True)
     if mean is None and std is None and not percentiles:
         return None
     return Statistic(
         name=stem,
         definition=definition,
-        mean_s=None if mean is None else mean * MS,
+        mean_s=mean,
         percentiles_s=dict(sorted(percentiles.items())),
-        std_s=None if std is None else std * MS,
+        std_s=std,
     )
 
 
@@ -135,11 +135,11 @@ def read_vllm(path: Path, doc: object) -> list[MeasuredRun]:
     }
     for goodput in ("request_goodput:", "request_goodput"):  # the colon is in 0.8.x's key
         if keys.has(goodput):
-            settings["request_goodput_per_s"] = keys.number(goodput)
-    rate = keys.optional_number("request_rate")
+            settings["request_goodput_per_s"] = keys.rate(goodput)
+    rate = keys.optional_request_rate("request_rate")
     model = keys.optional_text("model_id")
-    total_in = keys.optional_number("total_input_tokens")
-    total_out = keys.optional_number("total_output_tokens")
+    total_in = keys.optional_finite("total_input_tokens", 0.0)
+    total_out = keys.optional_finite("total_output_tokens", 0.0)
     return [
         MeasuredRun(
             source=str(path),
@@ -157,11 +157,11 @@ def read_vllm(path: Path, doc: object) -> list[MeasuredRun]:
             if total_out is None or not completed
             else total_out / completed,
             requests=requests,
-            request_throughput_per_s=keys.number("request_throughput"),
-            output_throughput_tokens_per_s=keys.optional_number("output_throughput"),
+            request_throughput_per_s=keys.rate("request_throughput"),
+            output_throughput_tokens_per_s=keys.measured_rate("output_throughput"),
             completed=completed,
             failed=failed,
-            duration_s=keys.number("duration"),
+            duration_s=keys.duration("duration"),
             settings=settings,
         )
     ]

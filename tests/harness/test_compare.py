@@ -11,6 +11,7 @@ from sim.harness.compare import comparison, format_comparison
 from sim.harness.formats import read_benchmark
 from sim.harness.simulated import read_run
 from sim.output.run_files import write_run
+from sim.resources import data_dir
 from sim.run import simulate
 from tests.harness.samples import AIPERF, GUIDELLM_JSON, VLLM_70B
 from tests.support import compose, fleetcast
@@ -122,3 +123,11 @@ def test_the_command(one_at_a_time, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "TPOT (time_per_output_token_ms) mean" in done.stdout
     assert "(last - first) / output_tokens per request, weighted by output_tokens" in done.stdout
+
+
+def test_a_shipped_file_is_printed_as_the_user_named_it(one_at_a_time, tmp_path):
+    name = "shipped:harness_samples/" + GUIDELLM_JSON.name
+    done = fleetcast("compare", str(one_at_a_time), name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"measured:  {name} [guidellm" in done.stdout
+    assert str(data_dir()) not in done.stdout  # not where the installed package keeps it
