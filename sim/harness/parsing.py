@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,11 @@ FIELD = "bench_file"
 # (nanoseconds read as milliseconds, a timestamp where a duration belongs), not a measurement;
 # the bound is loose on purpose, so that no real run, however overloaded, is refused.
 MAX_LATENCY_S = 86_400.0
-# The largest YAML result file read: YAML parses at about a megabyte a second even with
-# libyaml (the pure-Python parser ten times slower), so a larger file would sit for minutes
-# with no answer. GuideLLM writes the same report as JSON, which reads a hundred times faster
-# and has no limit here. 8 MiB is 300 times the shipped GuideLLM YAML sample.
+# The largest YAML result file read. YAML is slow to parse: a 4.6 MiB GuideLLM report took
+# 10 s with libyaml and 33 s with PyYAML's pure-Python parser, where its JSON form took 0.08 s
+# (2 busy cores, December 2026), so a 50 MB file would sit for minutes with no answer. GuideLLM
+# writes the same report as JSON, which has no limit here. 8 MiB (300 times the shipped
+# GuideLLM YAML sample) keeps the wait for the largest accepted file to seconds.
 MAX_YAML_BYTES = 8 * 1024 * 1024
 LINE = re.compile(r"line \d+")  # the place of a JSON line's object
 
@@ -183,25 +185,23 @@ class Keys:
         """A measured throughput (per second): finite and >= 0; None where absent or null."""
         return self.optional_finite(key, 0.0)
 
-    def number(self, key: str) -> float:
-        value = self.optional_number(self._present(key))
+    def _required(self, key: str, read: Callable[[str], float | None]) -> float:
+        """``read(key)`` of a key that must be there and not be null."""
+        value = read(self._present(key))
         if value is None:
             raise bad_file(self.path, f"{self._name(key)} is null, not a number")
         return value
+
+    def number(self, key: str) -> float:
+        return self._required(key, self.optional_number)
 
     def seconds(self, key: str, unit_s: float) -> float:
         """``measured_seconds`` of a key that must be there."""
-        value = self.measured_seconds(self._present(key), unit_s)
-        if value is None:
-            raise bad_file(self.path, f"{self._name(key)} is null, not a number")
-        return value
+        return self._required(key, lambda present: self.measured_seconds(present, unit_s))
 
     def rate(self, key: str) -> float:
         """``measured_rate`` of a key that must be there."""
-        value = self.measured_rate(self._present(key))
-        if value is None:
-            raise bad_file(self.path, f"{self._name(key)} is null, not a number")
-        return value
+        return self._required(key, self.measured_rate)
 
     def optional_duration(self, key: str) -> float | None:
         """A run's duration in seconds: finite and above 0; None where absent or null."""
@@ -209,17 +209,11 @@ class Keys:
 
     def duration(self, key: str) -> float:
         """``optional_duration`` of a key that must be there."""
-        value = self.optional_duration(self._present(key))
-        if value is None:
-            raise bad_file(self.path, f"{self._name(key)} is null, not a number")
-        return value
+        return self._required(key, self.optional_duration)
 
     def request_rate(self, key: str) -> float:
         """``optional_request_rate`` of a key that must be there."""
-        value = self.optional_request_rate(self._present(key))
-        if value is None:
-            raise bad_file(self.path, f"{self._name(key)} is null, not a number")
-        return value
+        return self._required(key, self.optional_request_rate)
 
     def optional_request_rate(self, key: str) -> float | None:
         """The rate a client sent at, per second: above 0, ``inf`` for all at once."""
