@@ -110,6 +110,8 @@ def _unknown(doc: object) -> str:
         else:
             what = "text" if isinstance(doc, str) else "a number"  # JSON's other scalars
         return f"the file holds {what}, not a result object; "
+    if {"ttft_s", "throughput", "completed"} <= set(doc):  # summary.json's keys
+        return "it is a Fleetcast run's summary.json, not a benchmark's result; "
     if "benchmarks" in doc:  # GuideLLM's report
         benchmarks = doc["benchmarks"]
         if not isinstance(benchmarks, list) or not benchmarks:

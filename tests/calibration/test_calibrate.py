@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.calibration.calibrate import main as calibrate_main
 from sim.calibration.kernels import calibrate_kernels
 from sim.calibration.step_fit import calibrate_steps, fit_steps, read_steps
 from sim.catalog.hardware import GPU
@@ -322,3 +323,13 @@ def test_the_command_refuses_a_bad_csv_or_a_folder_in_one_line(tmp_path):
         proc = _calibrate("--steps", str(given), cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith(f"error: calibrate.steps={str(given)!r}: {says}")
+
+
+def test_an_out_that_is_a_folder_is_refused_even_with_force(tmp_path, capsys):
+    steps = synthetic_steps(tmp_path / "s.csv")
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    assert calibrate_main(["--steps", str(steps), "--out", str(folder), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: calibrate.out={str(folder)!r}: is a folder; name the profile's file\n"
+    assert list(tmp_path.glob(".*partial")) == []  # nothing half-written left beside it

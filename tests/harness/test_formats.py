@@ -256,6 +256,11 @@ MALFORMED = [
     ),
     ("guidellm_not_list.json", '{"benchmarks": 3}', "'benchmarks' is not a list of benchmarks"),
     ("a_number.json", "42", "the file holds a number, not a result object"),
+    (
+        "summary.json",
+        json.dumps({"ttft_s": {"mean": 0.1}, "throughput": {}, "completed": 3}),
+        "it is a Fleetcast run's summary.json, not a benchmark's result",
+    ),
     ("a_string.json", '"results"', "the file holds text, not a result object"),
 ]
 

@@ -113,11 +113,15 @@ class Profile:
     schema_version: int = SCHEMA_VERSION
 
     def save(self, path: str | Path) -> Path:
+        """Write atomically (a temporary file renamed over the target; removed on failure)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
     @classmethod
