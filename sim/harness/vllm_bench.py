@@ -26,10 +26,11 @@ Left out on purpose: goodput (it depends on ``--goodput`` SLOs the file does not
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
-from sim.harness.parsing import Keys, bad_file
+from sim.harness.parsing import MAX_LATENCY_S, Keys, bad_file
 from sim.harness.results import Definition, MeasuredRequests, MeasuredRun, Statistic
 
 TOOL = "vllm bench serve"
@@ -87,8 +88,20 @@ def _requests(keys: Keys, completed: int) -> MeasuredRequests | None:
         )
     for i in ok:
         gaps = itls[i]
-        if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) for g in gaps):
-            raise bad_file(keys.path, f"itls[{i}] is not a list of numbers")
+        if not isinstance(gaps, list) or not all(
+            isinstance(g, (int, float)) and not isinstance(g, bool) and 0 <= g < math.inf
+            for g in gaps
+        ):
+            raise bad_file(keys.path, f"itls[{i}] is not a list of finite gaps >= 0 (seconds)")
+        for name, values in (("input_lens", inputs), ("output_lens", outputs)):
+            # a completed request sent a prompt and got a token back: a length of 0, or a
+            # fractional one, would be replayed as another request than the one measured
+            if not (values[i] >= 1 and values[i].is_integer()):
+                raise bad_file(
+                    keys.path, f"{name}[{i}]={values[i]!r} is not a length (a whole number >= 1)"
+                )
+        if not 0 < ttfts[i] <= MAX_LATENCY_S:
+            raise bad_file(keys.path, f"ttfts[{i}]={ttfts[i]!r} is not a measured time (seconds)")
     return MeasuredRequests(
         input_tokens=tuple(int(inputs[i]) for i in ok),
         output_tokens=tuple(int(outputs[i]) for i in ok),

@@ -131,6 +131,28 @@ MALFORMED = [
     ("half.json", _vllm(completed=2.5), "completed=2.5 is not a count"),
     ("arrays.json", _detailed(ttfts=[0.1]), "the per-request arrays differ in length"),
     (
+        "negative_length.json",
+        _detailed(input_lens=[-5, *json.loads(VLLM_70B.read_text())["input_lens"][1:]]),
+        "input_lens[0]=-5.0 is not a length (a whole number >= 1)",
+    ),
+    (
+        "fractional_length.json",
+        _detailed(output_lens=[2.5, *json.loads(VLLM_70B.read_text())["output_lens"][1:]]),
+        "output_lens[0]=2.5 is not a length (a whole number >= 1)",
+    ),
+    (
+        "infinite_ttft.json",
+        _detailed(ttfts=[1e999, *json.loads(VLLM_70B.read_text())["ttfts"][1:]]).replace(
+            "Infinity", "1e999"
+        ),
+        "ttfts[0]=inf is not a measured time (seconds)",
+    ),
+    (
+        "negative_gap.json",
+        _detailed(itls=[[-0.1], *json.loads(VLLM_70B.read_text())["itls"][1:]]),
+        "itls[0] is not a list of finite gaps >= 0 (seconds)",
+    ),
+    (
         "errors.json",
         _detailed(completed=199),
         "the arrays hold 200 requests without error; completed=199",
