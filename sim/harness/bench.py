@@ -78,7 +78,7 @@ FLAGS = {  # flag -> the bench workload's key
 }
 
 
-# the flags that take a whole number, and those that take a number (the rest: ramp-up's text)
+# the flags that take a whole number (the others take a number, but ramp-up's strategy)
 WHOLE_FLAGS = (
     "num_prompts",
     "max_concurrency",
@@ -86,7 +86,6 @@ WHOLE_FLAGS = (
     "random_input_len",
     "random_output_len",
 )
-NUMBER_FLAGS = ("request_rate", "burstiness", "ramp_up_start_rps", "ramp_up_end_rps")
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 
 

@@ -107,8 +107,12 @@ def _unknown(doc: object) -> str:
     if not isinstance(doc, dict):
         if isinstance(doc, list):
             what = f"a list of {len(doc)} items"
+        elif isinstance(doc, str):
+            what = "text"
+        elif doc is None or isinstance(doc, bool):
+            what = "null" if doc is None else "true or false"
         else:
-            what = "text" if isinstance(doc, str) else "a number"  # JSON's other scalars
+            what = "a number"
         return f"the file holds {what}, not a result object; "
     if {"ttft_s", "throughput", "completed"} <= set(doc):  # summary.json's keys
         return "it is a Fleetcast run's summary.json, not a benchmark's result; "

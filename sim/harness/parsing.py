@@ -32,11 +32,11 @@ from sim.harness.results import ROLES, MeasuredRun
 from sim.resources import yaml_loader
 
 FIELD = "bench_file"
-# The longest latency a benchmark file may hold: one day. A serving benchmark times requests an
-# interactive server answers, and its client gives up on a request long before that (vLLM's and
-# SGLang's clients time out after hours), so a larger figure is a unit or a writing mistake
-# (nanoseconds read as milliseconds, a timestamp where a duration belongs), not a measurement;
-# the bound is loose on purpose, so that no real run, however overloaded, is refused.
+# The longest latency a benchmark file may hold: one day. A harness's client gives up on a
+# request before that (vLLM's bench serve after 6 hours, SGLang's bench_serving after 20: their
+# aiohttp timeouts), so a larger figure was never measured: it is a unit or a writing mistake
+# (nanoseconds read as milliseconds, a timestamp where a duration belongs). The bound sits above
+# every client's timeout on purpose, so that no real run, however overloaded, is refused.
 MAX_LATENCY_S = 86_400.0
 # The largest YAML result file read. YAML is slow to parse: a 4.6 MiB GuideLLM report took
 # 10 s with libyaml and 33 s with PyYAML's pure-Python parser, where its JSON form took 0.08 s
