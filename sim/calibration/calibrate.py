@@ -127,7 +127,11 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    profile.save(out)
+    try:
+        profile.save(out)
+    except OSError as err:
+        print(f"error: calibrate.out={str(out)!r}: cannot write: {err.strerror}", file=sys.stderr)
+        return 2
     print(f"profile: {out}   (use it with step_time=calibrated step_time.profile={out})")
     for part, held_out in profile.holdout_error.items():
         print(
@@ -164,6 +168,7 @@ def _check_out(out: Path, force: bool) -> None:
         "is a profile Fleetcast ships; write yours elsewhere and give it with "
         "step_time.profile=PATH",
     )
+    require(not out.is_dir(), "calibrate.out", str(out), "is a folder; name the profile's file")
     require(
         force or not out.exists(), "calibrate.out", str(out), "exists; use --force to replace it"
     )

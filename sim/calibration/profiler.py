@@ -433,6 +433,15 @@ def main(argv: list[str]) -> int:
             require(name in (None, value), "model", value, f"given twice (also --model {name})")
             name = value
         require(name is not None, "model", None, "missing: give model=NAME")
+        # model=hf reads its shape from model.config_path, which this command does not take:
+        # it would profile the option's default file, not the model the user means
+        require(
+            name != "hf",
+            "model",
+            name,
+            "fleetcast profile takes a catalog model: import the config.json first "
+            "(fleetcast model import CONFIG_JSON --output configs/model/NAME.yaml)",
+        )
         spec = load_model_spec(name)
         require(
             not spec.is_moe,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pacsv
 from scipy.optimize import nnls
 
@@ -29,44 +30,82 @@ from sim.calibration.fitting import HOLDOUT_EVERY, errors, holdout, sha256
 from sim.catalog.model import ModelSpec
 from sim.engine.step_shape import REQUIRED_SHAPE_COLUMNS, STEP_SHAPE_COLUMNS
 from sim.engine.step_time.profile import Profile
-from sim.errors import require
+from sim.errors import ConfigError, require
 from sim.resources import resolve_path
 
 STEP_COLUMNS = (*STEP_SHAPE_COLUMNS, "step_time_s")
 REQUIRED_STEP_COLUMNS = (*REQUIRED_SHAPE_COLUMNS, "step_time_s")
+FIELD = "calibrate.steps"
+
+
+# the shape columns that count things (tokens, sequences) and must be whole numbers; the
+# attention sums are regressors only, so a fractional one (an engine's float log) is kept
+COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "host_loaded_tokens")
 
 
 def read_steps(path: str | Path) -> dict[str, np.ndarray]:
-    """The per-step CSV's columns; a one-line error naming what is missing or wrong."""
-    path = resolve_path(path, "calibrate.steps")
-    table = pacsv.read_csv(path)
+    """The per-step CSV's columns; a one-line error on ``calibrate.steps`` naming the file as
+    given and what is wrong (a missing column; for a bad cell its column, its line in the file
+    and its value): every cell a finite number, every count a whole number >= 0, every other
+    shape column >= 0 and every ``step_time_s`` above 0."""
+    shown = str(path)
+    found = resolve_path(path, FIELD)
+    try:
+        table = pacsv.read_csv(found)
+    except (pa.ArrowInvalid, OSError) as err:  # empty, ragged rows, not text, unreadable
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = ascii(reason[:100])[1:-1]  # a binary file's bytes would garble the line
+        said = "is empty" if "Empty CSV file" in reason else f"not a readable CSV ({reason})"
+        raise ConfigError(FIELD, shown, said) from None
     missing = [c for c in REQUIRED_STEP_COLUMNS if c not in table.column_names]
     require(
         not missing,
-        "calibrate.steps",
-        str(path),
+        FIELD,
+        shown,
         f"missing column(s) {', '.join(missing)}; need {', '.join(REQUIRED_STEP_COLUMNS)}",
     )
     # a shape column added after the file was written (one with a default) counts as 0
     cols = {
-        c: column_to_numpy(table.column(c)).astype(float)
-        if c in table.column_names
-        else np.zeros(table.num_rows)
+        c: _column(table, c, shown) if c in table.column_names else np.zeros(table.num_rows)
         for c in STEP_COLUMNS
     }
     require(
         len(cols["step_time_s"]) >= 2 * HOLDOUT_EVERY,
-        "calibrate.steps",
-        str(path),
+        FIELD,
+        shown,
         f"needs at least {2 * HOLDOUT_EVERY} rows",
     )
-    require(
-        bool(np.all(cols["step_time_s"] > 0)),
-        "calibrate.steps",
-        str(path),
-        "step_time_s must be > 0 in every row",
-    )
     return cols
+
+
+def _column(table: pa.Table, name: str, shown: str) -> np.ndarray:
+    """One column as floats, each cell checked (``read_steps``); a bad cell is named by its
+    line in the file (the header is line 1)."""
+    values = column_to_numpy(table.column(name))
+    if values.dtype == object:  # text somewhere in the column
+        numbers = []
+        for row, cell in enumerate(values):
+            try:
+                numbers.append(float(cell))
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    FIELD, shown, f"line {row + 2}: {name}={cell!r} is not a number"
+                ) from None
+        values = np.array(numbers)
+    values = values.astype(float)
+    if name == "step_time_s":
+        bad, rule = ~(np.isfinite(values) & (values > 0)), "a finite time above 0"
+    elif name in COUNT_COLUMNS:
+        ok = np.isfinite(values) & (values >= 0)
+        bad = ~ok | (ok & (values != np.round(np.where(ok, values, 0))))
+        rule = "a whole number >= 0"
+    else:
+        bad, rule = ~(np.isfinite(values) & (values >= 0)), "a finite number >= 0"
+    if bad.any():
+        row = int(np.argmax(bad))
+        cell = "empty" if np.isnan(values[row]) else repr(float(values[row]))
+        raise ConfigError(FIELD, shown, f"line {row + 2}: {name}={cell} must be {rule}")
+    return values
 
 
 def fit_steps(
@@ -123,9 +162,9 @@ def calibrate_steps(
 ) -> Profile:
     """A profile fitted to the per-step CSV at ``path``; ``model`` by its shape (a mixture of
     experts gets the experts' term) or by name only (the linear contract)."""
-    path = Path(path)
     spec = model if isinstance(model, ModelSpec) else None
     cols = read_steps(path)
+    path = resolve_path(path, FIELD)  # where a shipped:NAME file is, for its digest
     coefficients, error = fit_steps(cols, spec)
     modelled = []
     if spec is not None and spec.is_moe and "c_expert_weights" not in coefficients:

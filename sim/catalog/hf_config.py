@@ -103,15 +103,22 @@ class _Config:
     def fail(self, reason: str) -> ConfigError:
         return ConfigError(FIELD, self.where, reason)
 
-    def whole(self, key: str, default: int | None = None) -> int:
+    def whole(self, key: str, default: int | None = None, minimum: int = 0) -> int:
+        """The whole number at ``key`` (``default`` where absent or null), >= ``minimum``."""
         value = self.data.get(key)
         if value is None:  # absent, or null as some configs write it: the default
             value = default
         if value is None:
             raise self.fail(f"{self.model_type} config.json has no {key!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(f"{key}={value!r} in config.json must be a whole number >= 0")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"{key}={value!r} in config.json must be a whole number >= {minimum}")
         return value
+
+    def size(self, key: str, default: int | None = None) -> int:
+        """A size or a count that a layer cannot do without (heads, layers, a width, a number
+        of experts): a whole number >= 1, so that nothing divides by it at 0 or silently
+        drops a part of the model."""
+        return self.whole(key, default, minimum=1)
 
     def optional_whole(self, key: str) -> int | None:
         return None if self.data.get(key) is None else self.whole(key)
@@ -180,12 +187,16 @@ def fields_and_keys(
     cfg = _Config(data, where, model_type)
     family = FAMILIES[model_type]
 
-    hidden = cfg.whole("hidden_size")
-    layers = cfg.whole("num_hidden_layers")
-    heads = cfg.whole("num_attention_heads")
-    kv_heads = cfg.whole("num_key_value_heads", heads)
-    vocab = cfg.whole("vocab_size")
-    ffn = cfg.whole("intermediate_size")
+    hidden = cfg.size("hidden_size")
+    layers = cfg.size("num_hidden_layers")
+    heads = cfg.size("num_attention_heads")
+    kv_heads = cfg.size("num_key_value_heads", heads)
+    if heads % kv_heads:  # grouped-query attention: each KV head serves a whole group
+        raise cfg.fail(
+            f"num_key_value_heads={kv_heads} in config.json must divide num_attention_heads={heads}"
+        )
+    vocab = cfg.size("vocab_size")
+    ffn = cfg.size("intermediate_size")
     keys = {
         "num_layers": "num_hidden_layers",
         "hidden_size": "hidden_size",
@@ -238,7 +249,7 @@ def fields_and_keys(
         "num_active_params": num_params - skipped,
         "num_experts": moe.routed or 1,
         "experts_per_token": moe.per_token or 1,
-        "max_context_tokens": cfg.whole("max_position_embeddings"),
+        "max_context_tokens": cfg.size("max_position_embeddings"),
         **extra,
     }
     if not isinstance(source, Mapping):
@@ -273,9 +284,9 @@ def _mla(
 ) -> tuple[int, int]:
     """Parameters of one layer's multi-head latent attention (DeepSeek-V2/V3), and the query and
     key head size (nope + rope); records the MLA fields."""
-    nope, rope = cfg.whole("qk_nope_head_dim"), cfg.whole("qk_rope_head_dim")
-    v_dim, kv_rank = cfg.whole("v_head_dim"), cfg.whole("kv_lora_rank")
-    q_rank = cfg.optional_whole("q_lora_rank")
+    nope, rope = cfg.whole("qk_nope_head_dim"), cfg.size("qk_rope_head_dim")
+    v_dim, kv_rank = cfg.size("v_head_dim"), cfg.size("kv_lora_rank")
+    q_rank = None if cfg.data.get("q_lora_rank") is None else cfg.size("q_lora_rank")
     bias = cfg.flag("attention_bias", False)
     qk = nope + rope
     if q_rank is None:
@@ -319,22 +330,31 @@ def _moe(
         return _Experts()
     if family.ffn == "mixtral":  # every layer: num_local_experts experts of intermediate_size
         keys.update(num_experts="num_local_experts", experts_per_token="num_experts_per_tok")
-        return _Experts(
-            cfg.whole("num_local_experts"),
-            cfg.whole("num_experts_per_tok"),
-            cfg.whole("intermediate_size"),
-            layers,
+        return _checked(
+            cfg,
+            _Experts(
+                cfg.size("num_local_experts"),
+                _per_token(cfg, "num_local_experts"),
+                cfg.size("intermediate_size"),
+                layers,
+            ),
         )
     if family.ffn == "qwen_moe":
         # layer i has experts unless listed in mlp_only_layers or off the decoder_sparse_step
-        step = cfg.whole("decoder_sparse_step", 1)
+        step = cfg.size("decoder_sparse_step", 1)
         only_dense = cfg.data.get("mlp_only_layers") or []
+        if not isinstance(only_dense, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in only_dense
+        ):
+            raise cfg.fail(
+                f"mlp_only_layers={only_dense!r} in config.json must be a list of layers"
+            )
         moe_layers = sum(
             1 for i in range(layers) if i not in only_dense and step and (i + 1) % step == 0
         )
         qwen2 = cfg.model_type == "qwen2_moe"  # Qwen2-MoE has a shared expert, Qwen3-MoE none
         shared = cfg.whole("shared_expert_intermediate_size") if qwen2 else 0
-        expert_ffn = cfg.whole("moe_intermediate_size")
+        expert_ffn = cfg.size("moe_intermediate_size")
         keys.update(
             num_experts="num_experts",
             experts_per_token="num_experts_per_tok",
@@ -346,16 +366,19 @@ def _moe(
         _record_moe(fields, expert_ffn, layers - moe_layers, 1 if shared else 0, shared)
         # the shared expert and its sigmoid gate (hidden x 1)
         other = 3 * hidden * shared + hidden if shared else 0
-        return _Experts(
-            cfg.whole("num_experts"),
-            cfg.whole("num_experts_per_tok"),
-            expert_ffn,
-            moe_layers,
-            other,
+        return _checked(
+            cfg,
+            _Experts(
+                cfg.size("num_experts"),
+                _per_token(cfg, "num_experts"),
+                expert_ffn,
+                moe_layers,
+                other,
+            ),
         )
     # DeepSeek: the first first_k_dense_replace layers are dense, then every moe_layer_freq-th
-    experts, expert_ffn = cfg.whole("n_routed_experts"), cfg.whole("moe_intermediate_size")
-    first_dense, freq = cfg.whole("first_k_dense_replace", 0), cfg.whole("moe_layer_freq", 1)
+    experts, expert_ffn = cfg.size("n_routed_experts"), cfg.size("moe_intermediate_size")
+    first_dense, freq = cfg.whole("first_k_dense_replace", 0), cfg.size("moe_layer_freq", 1)
     moe_layers = sum(1 for i in range(layers) if i >= first_dense and freq and i % freq == 0)
     shared_experts = cfg.whole("n_shared_experts", 0)
     keys.update(
@@ -369,7 +392,33 @@ def _moe(
     # noaux_tc routing (DeepSeek-V3) learns a score-correction bias per expert
     score_bias = experts if cfg.data.get("topk_method") == "noaux_tc" else 0
     other = shared_experts * 3 * hidden * expert_ffn + score_bias
-    return _Experts(experts, cfg.whole("num_experts_per_tok"), expert_ffn, moe_layers, other)
+    return _checked(
+        cfg,
+        _Experts(experts, _per_token(cfg, "n_routed_experts"), expert_ffn, moe_layers, other),
+    )
+
+
+def _per_token(cfg: _Config, experts_key: str) -> int:
+    """``num_experts_per_tok``: at least 1 and at most the routed experts at ``experts_key``."""
+    per_token = cfg.size("num_experts_per_tok")
+    experts = cfg.size(experts_key)
+    if per_token > experts:
+        raise cfg.fail(
+            f"num_experts_per_tok={per_token} in config.json is more than {experts_key}={experts}"
+        )
+    return per_token
+
+
+def _checked(cfg: _Config, experts: _Experts) -> _Experts:
+    """``experts``, unless no layer has experts: a mixture-of-experts config whose layer
+    pattern (``decoder_sparse_step``, ``mlp_only_layers``, ``first_k_dense_replace``,
+    ``moe_layer_freq``) leaves every layer dense would run as a dense model it does not say."""
+    if not experts.moe_layers:
+        raise cfg.fail(
+            f"a {cfg.model_type} config.json whose layer pattern leaves no layer with experts "
+            "(check decoder_sparse_step, mlp_only_layers, first_k_dense_replace, moe_layer_freq)"
+        )
+    return experts
 
 
 def _record_moe(

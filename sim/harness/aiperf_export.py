@@ -90,9 +90,10 @@ class _Tags:
         return UNIT_S[unit]
 
     def value(self, tag: str) -> float | None:
-        """A run total (its ``avg``; AIPerf writes one-value metrics so)."""
+        """A run total (its ``avg``; AIPerf writes one-value metrics so): a rate or a mean
+        length, finite and >= 0."""
         stats = self.get(tag)
-        return None if stats is None else stats.optional_number("avg")
+        return None if stats is None else stats.measured_rate("avg")
 
     def count(self, tag: str) -> int | None:
         """A run total that counts requests: a whole number >= 0."""
@@ -102,7 +103,7 @@ class _Tags:
     def seconds(self, tag: str) -> float | None:
         """A run total that is a duration, in seconds whatever its ``unit``."""
         stats = self.get(tag)
-        value = None if stats is None else stats.optional_number("avg")
+        value = None if stats is None else stats.optional_duration("avg")
         return None if value is None or stats is None else value * self.unit_s(stats)
 
     def statistic(self, tag: str, definition: Definition) -> Statistic | None:
@@ -113,17 +114,15 @@ class _Tags:
         percentiles = {}
         for key in stats.obj:
             if key.startswith("p") and key[1:].replace(".", "", 1).isdigit():
-                value = stats.optional_number(key)
+                value = stats.measured_seconds(key, unit_s)
                 if value is not None:
-                    percentiles[float(key[1:])] = value * unit_s
-        mean = stats.optional_number("avg")
-        std = stats.optional_number("std")
+                    percentiles[float(key[1:])] = value
         return Statistic(
             name=tag,
             definition=definition,
-            mean_s=None if mean is None else mean * unit_s,
+            mean_s=stats.measured_seconds("avg", unit_s),
             percentiles_s=dict(sorted(percentiles.items())),
-            std_s=None if std is None else std * unit_s,
+            std_s=stats.measured_seconds("std", unit_s, spread=True),
         )
 
 
@@ -184,7 +183,7 @@ def read_aiperf(path: Path, doc: object, requests: Path | None = None) -> list[M
     models = endpoint.obj.get("model_names") if endpoint else None
     model = models[0] if isinstance(models, list) and models else None
     concurrency = loadgen.optional_count("concurrency") if loadgen else None
-    rate = loadgen.optional_number("request_rate") if loadgen else None
+    rate = loadgen.optional_request_rate("request_rate") if loadgen else None
     requests = requests or requests_file(path)
     load = f"concurrency {concurrency}" if concurrency else f"{rate:g} req/s" if rate else ""
     return [

@@ -25,7 +25,9 @@ measured request sent to the last completion, as the harnesses divide.
 from __future__ import annotations
 
 import argparse
+import math
 
+from sim.errors import ConfigError
 from sim.harness.results import Definition
 from sim.harness.simulated import (
     SimulatedRequests,
@@ -76,16 +78,50 @@ FLAGS = {  # flag -> the bench workload's key
 }
 
 
+# the flags that take a whole number (the others take a number, but ramp-up's strategy)
+WHOLE_FLAGS = (
+    "num_prompts",
+    "max_concurrency",
+    "num_warmups",
+    "random_input_len",
+    "random_output_len",
+)
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+
+
+def _flag_value(flag: str, value: str) -> str:
+    """The override value a flag's text stands for, written back from the parsed number so that
+    nothing in it is read as Hydra's syntax (``1,2`` a sweep, ``${x}``, ``[1]``); ConfigError
+    naming the flag otherwise (the workload's schema then checks the ranges)."""
+    name = "--" + flag.replace("_", "-")
+    text = value.strip()
+    if flag == "ramp_up_strategy":
+        if text not in RAMP_UP_STRATEGIES:
+            raise ConfigError(name, value, f"must be one of {', '.join(RAMP_UP_STRATEGIES)}")
+        return text
+    if flag == "request_rate" and text.lower() == "inf":
+        return "null"  # every request at once
+    try:
+        number = float(text)
+    except ValueError:
+        kind = "a whole number" if flag in WHOLE_FLAGS else "a number"
+        extra = " (or inf: all at once)" if flag == "request_rate" else ""
+        raise ConfigError(name, value, f"must be {kind}{extra}, one value") from None
+    if not math.isfinite(number):
+        raise ConfigError(name, value, "must be a finite number")
+    if flag in WHOLE_FLAGS and not number.is_integer():
+        raise ConfigError(name, value, "must be a whole number")
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
 def overrides_from(args: argparse.Namespace) -> list[str]:
-    """The config overrides the harness flags stand for (``workload=bench`` and its keys)."""
+    """The config overrides the harness flags stand for (``workload=bench`` and its keys);
+    ConfigError naming a flag whose value is not one of its type (``_flag_value``)."""
     out = ["workload=bench"]
     for flag, key in FLAGS.items():
         value = getattr(args, flag)
-        if value is None:
-            continue
-        if flag == "request_rate" and value.strip().lower() == "inf":
-            value = "null"  # every request at once
-        out.append(f"workload.{key}={value}")
+        if value is not None:
+            out.append(f"workload.{key}={_flag_value(flag, value)}")
     return out
 
 
@@ -135,7 +171,9 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--burstiness", help="gamma shape of the gaps: 1 is Poisson")
     parse.add_argument("--max-concurrency", dest="max_concurrency")
     parse.add_argument("--num-warmups", dest="num_warmups")
-    parse.add_argument("--ramp-up-strategy", dest="ramp_up_strategy", help="linear or exponential")
+    parse.add_argument(
+        "--ramp-up-strategy", dest="ramp_up_strategy", help=" or ".join(RAMP_UP_STRATEGIES)
+    )
     parse.add_argument("--ramp-up-start-rps", dest="ramp_up_start_rps")
     parse.add_argument("--ramp-up-end-rps", dest="ramp_up_end_rps")
     parse.add_argument("--random-input-len", dest="random_input_len")

@@ -73,20 +73,18 @@ def _statistic(metrics: Keys, name: str, unit_s: float, definition: Definition) 
     given = dist.optional_child("percentiles")
     if given is not None:
         for key, percentile in PERCENTILES.items():
-            value = given.optional_number(key)
+            value = given.measured_seconds(key, unit_s)
             if value is not None:
-                percentiles[percentile] = value * unit_s
-    median = dist.optional_number("median")
+                percentiles[percentile] = value
+    median = dist.measured_seconds("median", unit_s)
     if median is not None:
-        percentiles[50.0] = median * unit_s
-    mean = dist.number("mean")
-    std = dist.optional_number("std_dev")
+        percentiles[50.0] = median
     return Statistic(
         name=name,
         definition=definition,
-        mean_s=mean * unit_s,
+        mean_s=dist.seconds("mean", unit_s),
         percentiles_s=dict(sorted(percentiles.items())),
-        std_s=None if std is None else std * unit_s,
+        std_s=dist.measured_seconds("std_dev", unit_s, spread=True),
     )
 
 
@@ -98,7 +96,7 @@ def _load(strategy: Keys) -> tuple[float | None, int | None]:
     if kind == "concurrent":
         return None, strategy.count("streams")
     if kind in ("constant", "poisson"):
-        return strategy.number("rate"), strategy.optional_count("max_concurrency")
+        return strategy.request_rate("rate"), strategy.optional_count("max_concurrency")
     if kind == "throughput":
         return float("inf"), strategy.optional_count("max_concurrency")
     raise bad_file(strategy.path, f"{strategy.where}.type_={kind!r} is not a GuideLLM strategy")
@@ -133,9 +131,9 @@ def _benchmark(path: Path, bench: Keys, index: int) -> MeasuredRun:
         if (stat := _statistic(metrics, name, unit_s, d))
     }
 
-    def mean_of(name: str) -> float | None:
+    def mean_of(name: str) -> float | None:  # a rate or a token count: finite, >= 0
         dist = _successful(metrics, name)
-        return None if dist is None else dist.number("mean")
+        return None if dist is None else dist.rate("mean")
 
     worker = bench.optional_child("worker")
     loader = bench.optional_child("request_loader")
@@ -157,7 +155,7 @@ def _benchmark(path: Path, bench: Keys, index: int) -> MeasuredRun:
         output_throughput_tokens_per_s=mean_of("output_tokens_per_second"),
         completed=completed,
         failed=totals.optional_count("errored"),
-        duration_s=bench.optional_number("duration"),
+        duration_s=bench.optional_duration("duration"),
         settings={
             "strategy": kind,
             "data": data,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.harness.parsing import Keys, bad_file
+from sim.harness.parsing import Keys
 from sim.harness.results import Definition, MeasuredRun
 from sim.harness.vllm_bench import summary_ms
 
@@ -42,13 +42,11 @@ def is_sglang_line(doc: object) -> bool:
 def _run(path: Path, doc: object, line: int) -> MeasuredRun:
     keys = Keys(path, doc, f"line {line}")
     completed = keys.count("completed")
-    duration = keys.number("duration")
-    if duration <= 0:
-        raise bad_file(path, f"line {line}: duration={duration!r} must be > 0")
+    duration = keys.duration("duration")
     latency = {
         role: stat for role, (stem, d) in STEMS.items() if (stat := summary_ms(keys, stem, d))
     }
-    rate = keys.optional_number("request_rate")
+    rate = keys.optional_request_rate("request_rate")
     dataset = keys.optional_text("dataset_name")
     settings = {
         name: keys.obj[name]
@@ -62,10 +60,10 @@ def _run(path: Path, doc: object, line: int) -> MeasuredRun:
         )
         if keys.has(name)
     }
-    total_in = keys.optional_number("total_input_tokens")
-    total_out = keys.optional_number("total_output_tokens")
+    total_in = keys.optional_finite("total_input_tokens", 0.0)
+    total_out = keys.optional_finite("total_output_tokens", 0.0)
     rate_text = "all at once" if rate == float("inf") else f"{rate:g} req/s"
-    throughput = keys.optional_number("request_throughput")
+    throughput = keys.measured_rate("request_throughput")
     return MeasuredRun(
         source=str(path),
         tool=TOOL,
@@ -79,7 +77,7 @@ def _run(path: Path, doc: object, line: int) -> MeasuredRun:
         mean_output_tokens=None if total_out is None or not completed else total_out / completed,
         # this version writes no request throughput: the same figure as later versions'
         request_throughput_per_s=throughput if throughput is not None else completed / duration,
-        output_throughput_tokens_per_s=keys.optional_number("output_throughput"),
+        output_throughput_tokens_per_s=keys.measured_rate("output_throughput"),
         completed=completed,
         duration_s=duration,
         settings=settings,

@@ -72,10 +72,26 @@ def read_run(run_dir: str | Path) -> SimulatedRequests:
         raise ConfigError("run_dir", str(run_dir), f"no {REQUESTS_FILE} in the run folder")
     try:
         summary = json.loads((folder / SUMMARY_FILE).read_text())
+    except (OSError, ValueError) as err:  # ValueError: not JSON, not text
+        reason = " ".join(str(err).split())
+        raise ConfigError(
+            "run_dir", str(run_dir), f"{SUMMARY_FILE} cannot be read: {reason}"
+        ) from None
+    warmups = summary.get("warmup_requests", 0) if isinstance(summary, dict) else None
+    if isinstance(warmups, bool) or not isinstance(warmups, int) or warmups < 0:
+        raise ConfigError(
+            "run_dir",
+            str(run_dir),
+            f"{SUMMARY_FILE} is not a run's summary (an object whose warmup_requests, where "
+            "present, is a count)",
+        )
+    try:
         table = pq.read_table(folder / REQUESTS_FILE, columns=list(COLUMNS))
     except (OSError, ValueError, KeyError) as err:
         reason = " ".join(str(err).split())
-        raise ConfigError("run_dir", str(run_dir), f"cannot read the run: {reason}") from None
+        raise ConfigError(
+            "run_dir", str(run_dir), f"{REQUESTS_FILE} cannot be read: {reason}"
+        ) from None
     return from_table(table, summary, str(run_dir))
 
 

@@ -26,10 +26,11 @@ Left out on purpose: goodput (it depends on ``--goodput`` SLOs the file does not
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
-from sim.harness.parsing import Keys, bad_file
+from sim.harness.parsing import MAX_LATENCY_S, Keys, bad_file
 from sim.harness.results import Definition, MeasuredRequests, MeasuredRun, Statistic
 
 TOOL = "vllm bench serve"
@@ -50,22 +51,22 @@ def summary_ms(keys: Keys, stem: str, definition: Definition) -> Statistic | Non
     pattern = re.compile(rf"^p(\d+(?:\.\d+)?)_{re.escape(stem)}_ms$")
     for key in keys.obj:
         if match := pattern.match(key):
-            value = keys.optional_number(key)
+            value = keys.measured_seconds(key, MS)
             if value is not None:
-                percentiles[float(match.group(1))] = value * MS
-    median = keys.optional_number(f"median_{stem}_ms")
+                percentiles[float(match.group(1))] = value
+    median = keys.measured_seconds(f"median_{stem}_ms", MS)
     if median is not None:
-        percentiles[50.0] = median * MS
-    mean = keys.optional_number(f"mean_{stem}_ms")
-    std = keys.optional_number(f"std_{stem}_ms")
+        percentiles[50.0] = median
+    mean = keys.measured_seconds(f"mean_{stem}_ms", MS)
+    std = keys.measured_seconds(f"std_{stem}_ms", MS, spread=True)
     if mean is None and std is None and not percentiles:
         return None
     return Statistic(
         name=stem,
         definition=definition,
-        mean_s=None if mean is None else mean * MS,
+        mean_s=mean,
         percentiles_s=dict(sorted(percentiles.items())),
-        std_s=None if std is None else std * MS,
+        std_s=std,
     )
 
 
@@ -87,8 +88,20 @@ def _requests(keys: Keys, completed: int) -> MeasuredRequests | None:
         )
     for i in ok:
         gaps = itls[i]
-        if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) for g in gaps):
-            raise bad_file(keys.path, f"itls[{i}] is not a list of numbers")
+        if not isinstance(gaps, list) or not all(
+            isinstance(g, (int, float)) and not isinstance(g, bool) and 0 <= g < math.inf
+            for g in gaps
+        ):
+            raise bad_file(keys.path, f"itls[{i}] is not a list of finite gaps >= 0 (seconds)")
+        for name, values in (("input_lens", inputs), ("output_lens", outputs)):
+            # a completed request sent a prompt and got a token back: a length of 0, or a
+            # fractional one, would be replayed as another request than the one measured
+            if not (values[i] >= 1 and values[i].is_integer()):
+                raise bad_file(
+                    keys.path, f"{name}[{i}]={values[i]!r} is not a length (a whole number >= 1)"
+                )
+        if not 0 < ttfts[i] <= MAX_LATENCY_S:
+            raise bad_file(keys.path, f"ttfts[{i}]={ttfts[i]!r} is not a measured time (seconds)")
     return MeasuredRequests(
         input_tokens=tuple(int(inputs[i]) for i in ok),
         output_tokens=tuple(int(outputs[i]) for i in ok),
@@ -135,11 +148,11 @@ def read_vllm(path: Path, doc: object) -> list[MeasuredRun]:
     }
     for goodput in ("request_goodput:", "request_goodput"):  # the colon is in 0.8.x's key
         if keys.has(goodput):
-            settings["request_goodput_per_s"] = keys.number(goodput)
-    rate = keys.optional_number("request_rate")
+            settings["request_goodput_per_s"] = keys.rate(goodput)
+    rate = keys.optional_request_rate("request_rate")
     model = keys.optional_text("model_id")
-    total_in = keys.optional_number("total_input_tokens")
-    total_out = keys.optional_number("total_output_tokens")
+    total_in = keys.optional_finite("total_input_tokens", 0.0)
+    total_out = keys.optional_finite("total_output_tokens", 0.0)
     return [
         MeasuredRun(
             source=str(path),
@@ -157,11 +170,11 @@ def read_vllm(path: Path, doc: object) -> list[MeasuredRun]:
             if total_out is None or not completed
             else total_out / completed,
             requests=requests,
-            request_throughput_per_s=keys.number("request_throughput"),
-            output_throughput_tokens_per_s=keys.optional_number("output_throughput"),
+            request_throughput_per_s=keys.rate("request_throughput"),
+            output_throughput_tokens_per_s=keys.measured_rate("output_throughput"),
             completed=completed,
             failed=failed,
-            duration_s=keys.number("duration"),
+            duration_s=keys.duration("duration"),
             settings=settings,
         )
     ]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from sim.calibration.calibrate import main as calibrate_main
 from sim.calibration.kernels import calibrate_kernels
-from sim.calibration.step_fit import calibrate_steps, fit_steps
+from sim.calibration.step_fit import calibrate_steps, fit_steps, read_steps
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec
 from sim.engine.step_time.profile import Profile, shipped_profile_dir
@@ -264,3 +267,69 @@ def test_calibrate_steps_of_a_mixture_of_experts_gives_a_profile_a_run_uses(tmp_
 
     summary = simulate(cfg, tmp_path / "run").summary
     assert summary["completed"] == summary["num_requests"] == 20
+
+
+def _steps_with(tmp_path, name: str, line: int, column: str, cell: str) -> Path:
+    """The synthetic per-step CSV with one cell replaced (``line`` counts the header as 1)."""
+    rows = [r.split(",") for r in synthetic_steps(tmp_path / "good.csv").read_text().splitlines()]
+    rows[line - 1][rows[0].index(column)] = cell
+    path = tmp_path / name
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "column, cell, says",
+    [
+        ("num_prefill_tokens", "abc", "line 3: num_prefill_tokens='abc' is not a number"),
+        ("num_decode_seqs", "-5", "line 3: num_decode_seqs=-5.0 must be a whole number >= 0"),
+        ("num_prefill_tokens", "1.5", "line 3: num_prefill_tokens=1.5 must be a whole number >= 0"),
+        ("decode_context", "-1", "line 3: decode_context=-1.0 must be a finite number >= 0"),
+        ("prefill_attn", "inf", "line 3: prefill_attn=inf must be a finite number >= 0"),
+        ("step_time_s", "inf", "line 3: step_time_s=inf must be a finite time above 0"),
+        ("step_time_s", "", "line 3: step_time_s=empty must be a finite time above 0"),
+        ("step_time_s", "0", "line 3: step_time_s=0.0 must be a finite time above 0"),
+    ],
+)
+def test_a_bad_cell_is_named_by_its_line_column_and_value(tmp_path, column, cell, says):
+    path = _steps_with(tmp_path, "bad.csv", 3, column, cell)
+    with pytest.raises(ConfigError) as err:
+        read_steps(path)
+    assert str(err.value) == f"calibrate.steps={str(path)!r}: {says}"
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("", "is empty"),
+        ("num_prefill_tokens,num_decode_seqs\n1,2,3\n", "not a readable CSV (CSV parse error"),
+        (
+            "num_prefill_tokens,num_decode_seqs,prefill_attn,decode_context,step_time_s\n",
+            "needs at least 10 rows",
+        ),
+    ],
+    ids=["empty", "ragged", "header_only"],
+)
+def test_an_empty_or_broken_csv_is_one_line(tmp_path, text, says):
+    path = tmp_path / "steps.csv"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        read_steps(path)
+
+
+def test_the_command_refuses_a_bad_csv_or_a_folder_in_one_line(tmp_path):
+    bad = _steps_with(tmp_path, "bad.csv", 5, "num_prefill_tokens", "x")
+    for given, says in ((bad, "line 5: num_prefill_tokens='x'"), (tmp_path, "is a folder")):
+        proc = _calibrate("--steps", str(given), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"error: calibrate.steps={str(given)!r}: {says}")
+
+
+def test_an_out_that_is_a_folder_is_refused_even_with_force(tmp_path, capsys):
+    steps = synthetic_steps(tmp_path / "s.csv")
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    assert calibrate_main(["--steps", str(steps), "--out", str(folder), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: calibrate.out={str(folder)!r}: is a folder; name the profile's file\n"
+    assert list(tmp_path.glob(".*partial")) == []  # nothing half-written left beside it

@@ -115,6 +115,12 @@ def test_one_run_says_there_is_nothing_held_out(tmp_path, monkeypatch, capsys):
         (["step_time=calibrated"], "leave step_time at roofline"),
         (["step_time.profile=p.json"], "error: step_time.profile='p.json': calibrate --bench"),
         (["--bench", "a.json", "--holdout-every", "1"], "error: calibrate.holdout_every=1"),
+        # measured figures no benchmark measures: refused before any simulation, by their key
+        (["--bench", "negative.json"], "mean_ttft_ms=-45.0 is not a measured time"),
+        (["--bench", "zero.json"], "median_ttft_ms=0.0 is not a measured time"),
+        (["--bench", "infinite.json"], "mean_tpot_ms=inf is not a measured time"),
+        (["--bench", "years.json"], "mean_ttft_ms=30000000000000.0 is 8.333e+06 hours"),
+        (["--bench", "negative.json"], "(--bench negative.json)"),
     ],
     ids=[
         "max_evals",
@@ -126,6 +132,11 @@ def test_one_run_says_there_is_nothing_held_out(tmp_path, monkeypatch, capsys):
         "step_time",
         "profile",
         "holdout_every_1",
+        "negative_ttft",
+        "zero_ttft",
+        "infinite_tpot",
+        "years_ttft",
+        "names_the_file",
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args, message):
@@ -133,6 +144,14 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, monkeypatch, capsys, args,
     _bench_file(tmp_path / "a.json")
     (tmp_path / "exists.json").write_text("{}")
     (tmp_path / "notbench.json").write_text('{"hello": "world"}')
+    good = json.loads((tmp_path / "a.json").read_text())
+    for name, changes in (
+        ("negative", {"mean_ttft_ms": -45.0}),
+        ("zero", {"median_ttft_ms": 0.0}),
+        ("infinite", {"mean_tpot_ms": float("inf")}),
+        ("years", {"mean_ttft_ms": 3e13}),  # a year is 3.2e10 ms
+    ):
+        (tmp_path / f"{name}.json").write_text(json.dumps({**good, **changes}))
     base = ["--bench", "a.json", *DEPLOY, "--out", "out.json", "--jobs", "1"]
     evals = [] if "--max-evals" in args else ["--max-evals", "1"]
     code = calibrate_main([*base, *args, *evals])

@@ -153,6 +153,12 @@ def test_main_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert err.startswith("error: model='gpt5': unknown model") and err.count("\n") == 1
     assert profiler.main(["hardware=h200", "--out", str(out)]) == 2
     assert profiler.main(["model=llama31_8b", "--layers", "0", "--out", str(out)]) == 2
+    capsys.readouterr()
+    # model=hf would profile its default config.json, not the user's: refused, saying how
+    assert profiler.main(["model=hf", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model='hf': fleetcast profile takes a catalog model: import")
+    assert err.count("\n") == 1
     assert not out.exists()
 
 

@@ -322,6 +322,76 @@ def test_a_config_dict_names_its_problem():
         model_fields({**QWEN15_MOE, "hidden_size": 4096.5})
 
 
+LLAMA_8B = json.loads((data_dir() / "models" / "llama31_8b" / "config.json").read_text())
+MIXTRAL_8X7B = json.loads((data_dir() / "models" / "mixtral_8x7b" / "config.json").read_text())
+
+# (config, changed keys, the reason after "model.config_path='<config dict>': ")
+ZERO_OR_WRONG_COUNTS = [
+    # a count a layer cannot do without: 0 would divide by zero or drop a part of the model
+    (
+        LLAMA_8B,
+        {"num_attention_heads": 0},
+        "num_attention_heads=0 in config.json must be a whole number >= 1",
+    ),
+    (LLAMA_8B, {"num_hidden_layers": 0}, "num_hidden_layers=0 in config.json must be a whole"),
+    (LLAMA_8B, {"hidden_size": 0}, "hidden_size=0 in config.json must be a whole number >= 1"),
+    (LLAMA_8B, {"num_key_value_heads": 0}, "num_key_value_heads=0 in config.json must be a"),
+    (LLAMA_8B, {"vocab_size": 0}, "vocab_size=0 in config.json must be a whole number >= 1"),
+    (LLAMA_8B, {"intermediate_size": 0}, "intermediate_size=0 in config.json must be a whole"),
+    (LLAMA_8B, {"max_position_embeddings": 0}, "max_position_embeddings=0 in config.json"),
+    (LLAMA_8B, {"vocab_size": -5}, "vocab_size=-5 in config.json must be a whole number >= 1"),
+    (LLAMA_8B, {"num_attention_heads": 32.0}, "num_attention_heads=32.0 in config.json must be"),
+    (LLAMA_8B, {"num_attention_heads": "32"}, "num_attention_heads='32' in config.json must be"),
+    (
+        LLAMA_8B,
+        {"num_key_value_heads": 5},
+        "num_key_value_heads=5 in config.json must divide num_attention_heads=32",
+    ),
+    (
+        LLAMA_8B,
+        {"num_key_value_heads": 64},
+        "num_key_value_heads=64 in config.json must divide num_attention_heads=32",
+    ),
+    # a mixture of experts with no experts would run as a dense model
+    (MIXTRAL_8X7B, {"num_local_experts": 0}, "num_local_experts=0 in config.json must be a"),
+    (MIXTRAL_8X7B, {"num_experts_per_tok": 0}, "num_experts_per_tok=0 in config.json must be"),
+    (
+        MIXTRAL_8X7B,
+        {"num_experts_per_tok": 9},
+        "num_experts_per_tok=9 in config.json is more than num_local_experts=8",
+    ),
+    (QWEN15_MOE, {"num_experts": 0}, "num_experts=0 in config.json must be a whole number >= 1"),
+    (QWEN15_MOE, {"moe_intermediate_size": 0}, "moe_intermediate_size=0 in config.json must"),
+    (QWEN15_MOE, {"decoder_sparse_step": 0}, "decoder_sparse_step=0 in config.json must be a"),
+    (QWEN15_MOE, {"decoder_sparse_step": 99}, "a qwen2_moe config.json whose layer pattern leaves"),
+    (
+        QWEN15_MOE,
+        {"mlp_only_layers": list(range(24))},
+        "a qwen2_moe config.json whose layer pattern leaves",
+    ),
+    (QWEN15_MOE, {"mlp_only_layers": 3}, "mlp_only_layers=3 in config.json must be a list"),
+    (DEEPSEEK_V3, {"n_routed_experts": 0}, "n_routed_experts=0 in config.json must be a whole"),
+    (DEEPSEEK_V3, {"moe_layer_freq": 0}, "moe_layer_freq=0 in config.json must be a whole"),
+    (DEEPSEEK_V3, {"first_k_dense_replace": 61}, "a deepseek_v3 config.json whose layer pattern"),
+    (DEEPSEEK_V3, {"kv_lora_rank": 0}, "kv_lora_rank=0 in config.json must be a whole number"),
+    (DEEPSEEK_V3, {"q_lora_rank": 0}, "q_lora_rank=0 in config.json must be a whole number"),
+]
+
+
+@pytest.mark.parametrize(
+    "config, changes, says",
+    ZERO_OR_WRONG_COUNTS,
+    ids=[
+        f"{c['model_type']}-{'-'.join(f'{k}={v}' for k, v in ch.items())}"[:60]
+        for c, ch, _ in ZERO_OR_WRONG_COUNTS
+    ],
+)
+def test_a_count_that_breaks_the_model_names_its_config_json_key(config, changes, says):
+    with pytest.raises(ConfigError) as err:
+        model_fields({**config, **changes})
+    assert str(err.value).startswith(f"model.config_path='<config dict>': {says}"), str(err.value)
+
+
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bad")
@@ -329,6 +399,10 @@ def bad_files(tmp_path_factory):
     (folder / "gpt2.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 12}))
     missing = {k: v for k, v in QWEN15_MOE.items() if k != "moe_intermediate_size"}
     (folder / "missing.json").write_text(json.dumps(missing))
+    (folder / "no_heads.json").write_text(json.dumps({**LLAMA_8B, "num_attention_heads": 0}))
+    (folder / "no_experts.json").write_text(json.dumps({**MIXTRAL_8X7B, "num_local_experts": 0}))
+    (folder / "a_list.json").write_text("[1, 2]")
+    (folder / "a_folder.json").mkdir()
     return folder
 
 
@@ -339,6 +413,10 @@ def bad_files(tmp_path_factory):
         ("not_json.json", "not JSON: Expecting property name enclosed in double quotes at line 1"),
         ("gpt2.json", "model_type 'gpt2' is not supported; supported model_type: llama, mistral"),
         ("missing.json", "qwen2_moe config.json has no 'moe_intermediate_size'"),
+        ("no_heads.json", "num_attention_heads=0 in config.json must be a whole number >= 1"),
+        ("no_experts.json", "num_local_experts=0 in config.json must be a whole number >= 1"),
+        ("a_list.json", "config.json must hold a JSON object"),
+        ("a_folder.json", "is a folder, not a file"),
     ],
 )
 def test_a_bad_config_json_is_one_line_and_exit_2(bad_files, tmp_path, name, says):

@@ -255,3 +255,47 @@ def test_requests_per_client_is_checked_against_the_client_settings(extra, says)
     with pytest.raises(ConfigError, match="^workload") as err:
         simulate(compose_config(overrides))
     assert says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--num-prompts", "1,2"], "--num-prompts='1,2': must be a whole number, one value"),
+        (["--num-prompts", "abc"], "--num-prompts='abc': must be a whole number, one value"),
+        (["--num-prompts", "2.5"], "--num-prompts='2.5': must be a whole number"),
+        (["--num-prompts", "${x}"], "--num-prompts='${x}': must be a whole number, one value"),
+        (["--max-concurrency", "[1,2]"], "--max-concurrency='[1,2]': must be a whole number"),
+        (["--random-input-len", "10,20"], "--random-input-len='10,20': must be a whole number"),
+        (["--num-warmups", "1e999"], "--num-warmups='1e999': must be a finite number"),
+        (["--request-rate", "1,2"], "--request-rate='1,2': must be a number (or inf: all at"),
+        (["--request-rate", "nan"], "--request-rate='nan': must be a finite number"),
+        (["--burstiness", "x"], "--burstiness='x': must be a number, one value"),
+        (["--ramp-up-end-rps", "1;2"], "--ramp-up-end-rps='1;2': must be a number, one value"),
+        (["--ramp-up-strategy", "a,b"], "--ramp-up-strategy='a,b': must be one of linear, expo"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_a_flag_given_a_list_or_text_is_named_with_its_value(flags, says):
+    # a comma would be a Hydra sweep, a bracket a list, ${...} an interpolation: the flag's
+    # value is parsed as the harness parses it, and written back as that one number
+    args, _ = parser().parse_known_args(flags)
+    with pytest.raises(ConfigError) as err:
+        overrides_from(args)
+    assert str(err.value).startswith(says), str(err.value)
+
+
+def test_numbers_are_written_back_as_one_value():
+    args, _ = parser().parse_known_args(
+        ["--num-prompts", " 12 ", "--request-rate", "2.50", "--burstiness", "1e-1"]
+    )
+    assert overrides_from(args)[1:] == [
+        "workload.num_requests=12",
+        "workload.request_rate=2.5",
+        "workload.burstiness=0.1",
+    ]
+
+
+def test_the_command_names_a_listed_flag_in_one_line(tmp_path):
+    bad = fleetcast("bench", "--num-prompts", "1,2", *TINY[:3], cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == "error: --num-prompts='1,2': must be a whole number, one value\n"

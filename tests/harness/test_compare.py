@@ -3,14 +3,18 @@ arithmetic of a one-at-a-time closed loop, or from the run's own requests.parque
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from sim.errors import ConfigError
 from sim.harness.compare import comparison, format_comparison
 from sim.harness.formats import read_benchmark
 from sim.harness.simulated import read_run
 from sim.output.run_files import write_run
+from sim.resources import data_dir
 from sim.run import simulate
 from tests.harness.samples import AIPERF, GUIDELLM_JSON, VLLM_70B
 from tests.support import compose, fleetcast
@@ -122,3 +126,32 @@ def test_the_command(one_at_a_time, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "TPOT (time_per_output_token_ms) mean" in done.stdout
     assert "(last - first) / output_tokens per request, weighted by output_tokens" in done.stdout
+
+
+def test_a_shipped_file_is_printed_as_the_user_named_it(one_at_a_time, tmp_path):
+    name = "shipped:harness_samples/" + GUIDELLM_JSON.name
+    done = fleetcast("compare", str(one_at_a_time), name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"measured:  {name} [guidellm" in done.stdout
+    assert str(data_dir()) not in done.stdout  # not where the installed package keeps it
+
+
+@pytest.mark.parametrize(
+    "broken, says",
+    [
+        ({"summary.json": "{bad"}, "summary.json cannot be read: Expecting property name"),
+        ({"summary.json": "[1]"}, "summary.json is not a run's summary (an object whose"),
+        ({"summary.json": '{"warmup_requests": "2"}'}, "summary.json is not a run's summary"),
+        ({"requests.parquet": ""}, "requests.parquet cannot be read: Could not open Parquet"),
+        ({"requests.parquet": "PAR1 truncated"}, "requests.parquet cannot be read: Could not"),
+    ],
+    ids=["summary_not_json", "summary_a_list", "warmups_text", "empty_parquet", "truncated"],
+)
+def test_a_broken_run_folder_is_one_line_naming_its_file(one_at_a_time, tmp_path, broken, says):
+    folder = tmp_path / "run"
+    shutil.copytree(one_at_a_time, folder)
+    for name, text in broken.items():
+        (folder / name).write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_run(folder)
+    assert str(err.value).startswith(f"run_dir={str(folder)!r}: {says}"), str(err.value)

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.engine.step_time.profile import from_fields, read_json_object
 from sim.errors import ConfigError, require
 from sim.resources import resolve_path
 
@@ -102,16 +103,13 @@ class BenchProfile:
     def load(cls, path: str | Path, field_name: str = "step_time.profile") -> BenchProfile:
         path = Path(path)
         shown = str(path)
-        require(path.is_file(), field_name, shown, "file not found")
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ConfigError(field_name, shown, f"not a bench profile: {err}") from None
-        require(isinstance(data, dict), field_name, shown, "not a bench profile: not an object")
+        require(path.exists(), field_name, shown, "file not found")
+        require(path.is_file(), field_name, shown, "is a folder, not a file")
+        data = read_json_object(path, field_name, shown, "a bench profile")
         if data.get("kind") != KIND:
             hint = (
-                "; a kernel profile (fleetcast calibrate --steps/--kernels) goes with "
-                "step_time=calibrated"
+                ": a kernel profile (fleetcast calibrate --steps/--kernels) goes with "
+                "step_time=calibrated: add step_time=calibrated to use it"
                 if "coefficients" in data
                 else ""
             )
@@ -124,10 +122,7 @@ class BenchProfile:
             shown,
             f"schema version {data.get('schema_version')!r}, this Fleetcast reads {SCHEMA_VERSION}",
         )
-        try:
-            profile = cls(**data)
-        except TypeError as err:
-            raise ConfigError(field_name, shown, f"not a bench profile: {err}") from None
+        profile = from_fields(cls, data, field_name, shown, "a bench profile")
         require(
             isinstance(profile.terms, dict) and bool(profile.terms),
             field_name,

@@ -12,8 +12,10 @@ or null, a TP all-reduce pays the GPU catalog's interconnect latency.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 from sim.errors import ConfigError, require
 from sim.resources import data_dir
@@ -40,6 +42,54 @@ COEFFICIENTS = (
 TP_EXPONENT = "tp_compute_exponent"
 # may be null: the GPU catalog's latency is used
 OPTIONAL_COEFFICIENTS = ("c_allreduce_latency",)
+FIELD = "step_time.profile"
+# what a profile's fields must hold, checked before use (a wrong type would otherwise surface as
+# a Python error deep in the step-time model)
+_TEXT = ("model", "hardware", "weights_precision", "kv_precision", "backend")
+_CURVES = ("gemm_tokens", "gemm_s", "lm_head_tokens", "lm_head_s")
+
+T = TypeVar("T")
+
+
+def read_json_object(path: Path, field_name: str, shown: str, what: str) -> dict[str, Any]:
+    """The JSON object in the file at ``path``; ConfigError on ``field_name`` = ``shown``
+    saying it is ``not {what}`` (not JSON, not an object, unreadable) otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            field_name, shown, f"not {what}: not JSON ({err.msg} at line {err.lineno})"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(field_name, shown, f"not {what}: not a text file") from None
+    except OSError as err:
+        raise ConfigError(field_name, shown, f"cannot be read ({err.strerror or err})") from None
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ConfigError(field_name, shown, f"not {what}: holds a JSON {kind}, not an object")
+    return data
+
+
+SHOWN_KEYS = 5  # keys named in one error line; the rest are counted
+
+
+def _listed(keys: list[str]) -> str:
+    shown = ", ".join(map(repr, keys[:SHOWN_KEYS]))
+    return shown if len(keys) <= SHOWN_KEYS else f"{shown} and {len(keys) - SHOWN_KEYS} more"
+
+
+def from_fields(cls: type[T], data: dict[str, Any], field_name: str, shown: str, what: str) -> T:
+    """``cls(**data)`` for a dataclass read from JSON; ConfigError naming the keys it lacks or
+    does not know (instead of Python's TypeError)."""
+    known = fields(cls)  # type: ignore[arg-type]
+    required = [f.name for f in known if f.default is MISSING and f.default_factory is MISSING]
+    missing = [name for name in required if name not in data]
+    unknown = sorted(set(data) - {f.name for f in known})
+    if missing or unknown:
+        parts = [f"lacks {_listed(missing)}"] if missing else []
+        parts += [f"has unknown key(s) {_listed(unknown)}"] if unknown else []
+        raise ConfigError(field_name, shown, f"not {what}: {'; '.join(parts)}")
+    return cls(**data)
 
 
 @dataclass
@@ -63,28 +113,59 @@ class Profile:
     schema_version: int = SCHEMA_VERSION
 
     def save(self, path: str | Path) -> Path:
+        """Write atomically (a temporary file renamed over the target; removed on failure)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.partial")
-        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
+        """The profile at ``path``; ConfigError on ``step_time.profile`` naming what is wrong,
+        and saying what to do with a bench profile (``fleetcast calibrate --bench``'s)."""
         path = Path(path)
-        require(path.exists(), "step_time.profile", str(path), "file not found")
-        try:
-            data = json.loads(path.read_text())
-            profile = cls(**data)
-        except (json.JSONDecodeError, TypeError) as err:
+        shown = str(path)
+        require(path.exists(), FIELD, shown, "file not found")
+        require(path.is_file(), FIELD, shown, "is a folder, not a file")
+        data = read_json_object(path, FIELD, shown, "a Fleetcast profile")
+        if "terms" in data and "coefficients" not in data:
             raise ConfigError(
-                "step_time.profile", str(path), f"not a Fleetcast profile: {err}"
-            ) from None
+                FIELD,
+                shown,
+                "a bench profile (fleetcast calibrate --bench) sets the roofline's terms: "
+                "give it without step_time=calibrated (the default step_time=roofline)",
+            )
+        profile = from_fields(cls, data, FIELD, shown, "a Fleetcast profile")
+        require(
+            isinstance(profile.coefficients, dict),
+            FIELD,
+            shown,
+            "coefficients must be an object of coefficient: seconds",
+        )
+        for name in _TEXT:
+            value = getattr(profile, name)
+            require(isinstance(value, str), FIELD, shown, f"{name}={value!r} must be text")
+        for name in _CURVES:
+            values = getattr(profile, name)
+            require(
+                isinstance(values, list)
+                and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                    for v in values
+                ),
+                FIELD,
+                shown,
+                f"{name} must be a list of numbers >= 0",
+            )
         require(
             profile.schema_version in READABLE_VERSIONS,
-            "step_time.profile",
-            str(path),
+            FIELD,
+            shown,
             f"schema version {profile.schema_version}, this Fleetcast reads "
             f"{', '.join(map(str, READABLE_VERSIONS))}",
         )
@@ -96,16 +177,21 @@ class Profile:
             if value is None and name in OPTIONAL_COEFFICIENTS:
                 continue
             require(
-                isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0,
-                "step_time.profile",
-                str(path),
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and value >= 0,
+                FIELD,
+                shown,
                 f"coefficient {name}={value!r} must be a number >= 0",
             )
         exponent = profile.coefficients.get(TP_EXPONENT, 1.0)
         require(
-            isinstance(exponent, (int, float)) and 0 < exponent <= 1,
-            "step_time.profile",
-            str(path),
+            isinstance(exponent, (int, float))
+            and not isinstance(exponent, bool)
+            and 0 < exponent <= 1,
+            FIELD,
+            shown,
             f"coefficient {TP_EXPONENT}={exponent!r} must be in (0, 1]",
         )
         for xs, ys, name in (
@@ -116,8 +202,8 @@ class Profile:
                 len(xs) == len(ys)
                 and all(b > a for a, b in zip(xs, xs[1:], strict=False))
                 and all(b >= a for a, b in zip(ys, ys[1:], strict=False)),
-                "step_time.profile",
-                str(path),
+                FIELD,
+                shown,
                 f"the {name} curve must have increasing tokens and non-decreasing times",
             )
         return profile

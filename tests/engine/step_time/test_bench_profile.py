@@ -89,13 +89,14 @@ def test_overrides_are_the_terms_as_step_time_keys():
 @pytest.mark.parametrize(
     "doc, reason",
     [
-        ("{not json", "not a bench profile: Expecting property name"),
-        ([1, 2], "not a bench profile: not an object"),
+        ("{not json", "not a bench profile: not JSON (Expecting property name"),
+        ([1, 2], "not a bench profile: holds a JSON list, not an object"),
         ({"terms": {}}, "not a bench profile (fleetcast calibrate --bench)"),
         (
             {"coefficients": {"c0": 0.001}, "model": "m"},
-            "not a bench profile (fleetcast calibrate --bench); a kernel profile (fleetcast "
-            "calibrate --steps/--kernels) goes with step_time=calibrated",
+            "not a bench profile (fleetcast calibrate --bench): a kernel profile (fleetcast "
+            "calibrate --steps/--kernels) goes with step_time=calibrated: add "
+            "step_time=calibrated to use it",
         ),
         (_doc(schema_version=2), "schema version 2, this Fleetcast reads 1"),
         (_doc(terms={"step_overhead_s": 0.002, "gemm_half_n": 3.0}), "unknown term 'gemm_half_n'"),
@@ -110,7 +111,7 @@ def test_overrides_are_the_terms_as_step_time_keys():
         (_doc(terms={}), "holds no terms"),
         (_doc(fitted_for=[]), "fitted_for must list the deployments (model, hardware, "),
         (_doc(fitted_for=[{"model": "m", "hardware": "g"}]), "fitted_for must list"),
-        (_doc(extra=1), "not a bench profile: BenchProfile.__init__() got an unexpected"),
+        (_doc(extra=1), "not a bench profile: has unknown key(s) 'extra'"),
     ],
     ids=[
         "not_json",
@@ -149,7 +150,7 @@ def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
         BenchProfile.load(tmp_path / "nope.json")
     assert str(err.value) == f"step_time.profile={str(tmp_path / 'nope.json')!r}: file not found"
-    with pytest.raises(ConfigError, match="file not found"):
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
         BenchProfile.load(tmp_path)  # a folder is no profile file
 
 

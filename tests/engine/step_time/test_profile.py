@@ -14,7 +14,7 @@ from sim.engine.step_time.calibrated import CalibratedStepTime
 from sim.engine.step_time.profile import Profile, shipped_profile_dir
 from sim.errors import ConfigError
 from tests.calibration.synthetic import synthetic_steps
-from tests.support import compose, deployment
+from tests.support import compose, deployment, fleetcast
 
 SHIPPED = "meta_llama_llama_3_1_8b_h100_sxm_wbf16_kvbf16_trtllm.json"
 
@@ -115,3 +115,69 @@ def test_the_host_share_of_a_calibrated_step_is_c0_only_beside_a_gemm_curve(tmp_
     profile.gemm_tokens, profile.gemm_s = [], []
     steps_only = CalibratedStepTime(dep, profile=str(profile.save(tmp_path / "steps.json")))
     assert steps_only.host_overhead_s(shape) == 0.0
+
+
+def _shipped_doc(**changes) -> dict:
+    doc = json.loads((shipped_profile_dir() / SHIPPED).read_text())
+    doc.update(changes)
+    return doc
+
+
+BENCH_PROFILE = {
+    "terms": {"step_overhead_s": 0.003},
+    "fitted_for": [],
+    "kind": "roofline_bench_terms",
+}
+
+# (file text, what the one line says after "step_time.profile='<path>': ")
+BAD_PROFILES = [
+    (
+        json.dumps(BENCH_PROFILE),
+        "a bench profile (fleetcast calibrate --bench) sets the roofline's terms: give it "
+        "without step_time=calibrated (the default step_time=roofline)",
+    ),
+    ("{oops", "not a Fleetcast profile: not JSON (Expecting property name"),
+    ("[1, 2]", "not a Fleetcast profile: holds a JSON list, not an object"),
+    ('{"model": "m"}', "not a Fleetcast profile: lacks 'hardware', 'weights_precision', "),
+    (json.dumps(_shipped_doc(extra=1)), "not a Fleetcast profile: has unknown key(s) 'extra'"),
+    (
+        json.dumps({"mean_ttft_ms": 3, **{f"k{i}": i for i in range(9)}}),
+        "not a Fleetcast profile: lacks 'model', 'hardware', 'weights_precision', "
+        "'kv_precision', 'backend' and 1 more; has unknown key(s) 'k0', 'k1', 'k2', 'k3', 'k4' "
+        "and 5 more",
+    ),
+    (json.dumps(_shipped_doc(coefficients=[1])), "coefficients must be an object"),
+    (json.dumps(_shipped_doc(model=3)), "model=3 must be text"),
+    (json.dumps(_shipped_doc(gemm_s="fast")), "gemm_s must be a list of numbers >= 0"),
+    (
+        json.dumps(_shipped_doc(coefficients={"c0": 1e999})).replace("Infinity", "1e999"),
+        "coefficient c0=inf must be a number >= 0",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, says", BAD_PROFILES, ids=lambda v: v[:30])
+def test_a_bad_profile_file_says_what_it_is_and_what_to_do(tmp_path, text, says):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        Profile.load(path)
+    assert str(err.value).startswith(f"step_time.profile={str(path)!r}: {says}"), str(err.value)
+
+
+def test_a_folder_is_no_profile(tmp_path):
+    with pytest.raises(ConfigError, match="is a folder, not a file"):
+        Profile.load(tmp_path)
+
+
+def test_a_bench_profile_with_step_time_calibrated_is_one_line_saying_what_to_do(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(BENCH_PROFILE))
+    proc = fleetcast(
+        "step_time=calibrated",
+        f"step_time.profile={path}",
+        f"output_dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "give it without step_time=calibrated" in proc.stderr
