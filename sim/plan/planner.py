@@ -59,11 +59,16 @@ import sim
 from sim.config.validation import Count, StrictModel, validate
 from sim.errors import ConfigError, require
 from sim.plan.answer import Answer, answer_json, ranked_table, rows_table
-from sim.plan.candidates import candidates, fewest_replicas, refuse_planned
+from sim.plan.candidates import (
+    checked_fewest,
+    fewest_replicas,
+    plan_candidates,
+    refuse_planned,
+)
 from sim.plan.day import DAY_PLAN_FILE, DayPlanConfig, day_checks, day_table
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
-from sim.plan.runs import Job, LocalLauncher, RefusedRun, Simulations
+from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, RefusedRun, Simulations
 from sim.plan.search import smallest_meeting
 from sim.plan.slo import Constraint, parse
 
@@ -303,16 +308,13 @@ def prepare(overrides: list[str]) -> Prepared:
     folder = Path(
         plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     ).expanduser()
-    each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
-    fewest = []
+    each = plan_candidates(plan.grid, plan.candidates)
+    # every candidate's overrides checked and composed before any simulation runs
+    fewest = checked_fewest(base, each, compose_config)
     day = plan.day.periods is not None  # (its first period's workload for the example run)
-    for candidate in each:  # every candidate's overrides composed before any simulation runs
-        refuse_planned(candidate)
-        check_overrides([*base, *candidate])
-        # (what only a run finds: the candidate's answer)
-        fewest.append(fewest_replicas(compose_config([*base, *candidate])))
+    for least in fewest:
         require(
-            not day or fewest[-1] == 1,
+            not day or least == 1,
             "placement",
             "disaggregated",
             "a day plan's seasonal and autoscaled fleets scale one pool: not modelled for a "
@@ -467,6 +469,9 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (while the plan is checked; once it runs: its sweeper's)
+        print("interrupted: fleetcast plan stopped before any simulation ran", file=sys.stderr)
+        return INTERRUPTED_STATUS
     request = prepared.write()
     run_hydra(
         [
