@@ -380,4 +380,4 @@ def simulate(
             if isinstance(sink, ParquetSink):
                 sink.abandon()
         if folder is not None:
-            folder.discard()
+            folder.close()

@@ -87,10 +87,13 @@ def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
         result = simulate(cfg)
     except ConfigError as err:
         return {"error": str(err)}
-    folder = RunFolder(job_dir)  # (removes an older summary first)
-    folder.write(CONFIG_FILE, text)
-    text = to_json(result.summary)
-    folder.write(SUMMARY_FILE, text)
+    folder = RunFolder(job_dir)  # (locked, an older run's files removed first)
+    try:
+        folder.write(CONFIG_FILE, text)
+        text = to_json(result.summary)
+        folder.write(SUMMARY_FILE, text)
+    finally:
+        folder.close()
     # the summary as a reader of summary.json sees it (NaN written as null)
     return {"summary": json.loads(text)}
 
