@@ -45,6 +45,20 @@ ERROR_FILE = "error.txt"
 # a run's files, the summary first: removed in this order, no summary is left beside a part
 # of the run it summed up
 RUN_FILES = (SUMMARY_FILE, CONFIG_FILE, REQUESTS_FILE, STEPS_FILE, SCALING_FILE, ERROR_FILE)
+# summary.json's counts, whole numbers (a sweep's runs.parquet keeps them as int64, a report
+# refuses a summary where one is not)
+SUMMARY_COUNTS = (
+    "num_requests",
+    "warmup_requests",
+    "completed",
+    "rejected",
+    "unfinished",
+    "num_preemptions",
+    "num_steps",
+    "num_replicas",
+    "num_gpus",
+    "kv_capacity_tokens",
+)
 LOCK_FILE = ".fleetcast.lock"  # held (flock) by the run writing into the folder; its pid
 
 

@@ -47,6 +47,7 @@ from sim.output.run_files import (
     REQUESTS_FILE,
     SCALING_FILE,
     STEPS_FILE,
+    SUMMARY_COUNTS,
     SUMMARY_FILE,
 )
 from sim.plan.rounds import Rounds
@@ -132,21 +133,7 @@ SUMMARY_SHAPE: dict[str, Any] = {
     },
     "goodput_requests_per_s": NUMBER,
     "slo": {"ttft_s": NUMBER, "tpot_s": NUMBER, "e2e_s": NUMBER},
-    **{
-        key: COUNT
-        for key in (
-            "num_requests",
-            "warmup_requests",
-            "completed",
-            "rejected",
-            "unfinished",
-            "num_preemptions",
-            "num_steps",
-            "num_replicas",
-            "num_gpus",
-            "kv_capacity_tokens",
-        )
-    },
+    **dict.fromkeys(SUMMARY_COUNTS, COUNT),
     "duration_s": NUMBER,
     "gpu_busy_fraction": NUMBER,
     "kv_utilization": {"mean": NUMBER, "max": NUMBER},

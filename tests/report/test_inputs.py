@@ -240,7 +240,12 @@ def test_a_broken_or_mistyped_file_is_one_line_naming_it_and_nothing_is_written(
     tmp_path, capsys, run_folder, plan_folder, kind, brake, says
 ):
     folder = tmp_path / kind
-    shutil.copytree(run_folder if kind == "run" else plan_folder, folder)
+    # (without the report another test may have written into the shared folder)
+    shutil.copytree(
+        run_folder if kind == "run" else plan_folder,
+        folder,
+        ignore=shutil.ignore_patterns("report*"),
+    )
     brake(folder)
     err = refused(capsys, folder)
     assert re.match(rf"error: PATH='{re.escape(str(folder))}': {says}", err), err
