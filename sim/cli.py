@@ -138,17 +138,13 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
 def _simulate_into(
     cfg: DictConfig | dict[str, Any], output_dir: Path, choices: dict[str, Any]
 ) -> None:
-    from sim.output.run_files import SUMMARY_FILE, remove_temporaries
     from sim.output.summary_table import format_summary
     from sim.run import simulate
 
     STARTUP.end()
 
-    # A failed run must not leave an older run's summary looking like its own, nor the
-    # temporary files of a run killed while writing.
-    if output_dir.is_dir():
-        (output_dir / SUMMARY_FILE).unlink(missing_ok=True)
-        remove_temporaries(output_dir)
+    # (the folder's earlier run and a killed run's temporaries are removed by the run, once
+    # it holds the folder's lock: sim.output.run_files.RunFolder)
     result = simulate(cfg, output_dir)
     print(
         format_summary(

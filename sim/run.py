@@ -345,4 +345,4 @@ class _Sinks:
             if isinstance(sink, ParquetSink):
                 sink.abandon()
         if self.folder is not None:
-            self.folder.discard()
+            self.folder.close()

@@ -140,17 +140,15 @@ def test_a_failed_run_leaves_no_temporaries_and_no_summary(tmp_path, monkeypatch
     monkeypatch.setattr("sim.fleet.cluster.Cluster.run", fail_midway)
     with pytest.raises(RuntimeError):
         simulate(compose(*RANDOM), out)
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.yaml",
-        "requests.parquet",
-        "steps.parquet",
-    ]
+    # the earlier run was removed as this one began, and this one committed nothing: no
+    # file of one run is left beside another's (sim.output.run_files)
+    assert sorted(p.name for p in out.iterdir()) == []
 
 
 def test_no_temporary_is_left_once_the_summary_marks_the_run_finished(tmp_path, monkeypatch):
     # A kill right after summary.json is written must not leave a temporary (the step spill)
     # behind: a resumed sweep skips the folder as done and would never clean it.
-    from sim.output.run_files import SUMMARY_FILE, RunFolder
+    from sim.output.run_files import LOCK_FILE, SUMMARY_FILE, RunFolder
 
     monkeypatch.setattr("sim.output.step_log.SPILL_BYTES", 1)  # spill every piece to disk
     seen: list[list[str]] = []
@@ -163,7 +161,10 @@ def test_no_temporary_is_left_once_the_summary_marks_the_run_finished(tmp_path, 
 
     monkeypatch.setattr(RunFolder, "write", spy)
     simulate(compose(*RANDOM), tmp_path / "run")
-    assert seen == [[]]
+    # only the folder's lock, held until the summary is in place (a dead run's lock is no
+    # obstacle: it goes with its process, sim.output.run_files)
+    assert seen == [[LOCK_FILE]]
+    assert not (tmp_path / "run" / LOCK_FILE).exists()
 
 
 def test_a_killed_run_leaves_no_summary_and_the_next_run_no_temporaries(tmp_path):

@@ -70,6 +70,7 @@ class FleetcastPlanSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from sim.errors import ConfigError
         from sim.plan.planner import Prepared, execute
+        from sim.plan.runs import interrupted
 
         if self.request is None or arguments:
             print(
@@ -77,8 +78,11 @@ class FleetcastPlanSweeper(Sweeper):
                 file=sys.stderr,
             )
             sys.exit(2)
+        prepared = Prepared.read(Path(self.request))
         try:
-            return execute(Prepared.read(Path(self.request)), self.launch, progress=True)
+            return execute(prepared, self.launch, progress=True)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C: one line, the workers stopped, exit status 130
+            sys.exit(interrupted(prepared.folder))

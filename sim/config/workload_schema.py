@@ -266,6 +266,11 @@ class BenchWorkload(SyntheticWorkload):
         return self
 
 
+# The most prompt tokens one hash id may cover (a trace's hash_block_tokens): far above any real
+# trace's block (Mooncake's is 512), low enough that a mistyped value is caught.
+MAX_HASH_BLOCK_TOKENS = 2**20
+
+
 class TraceWorkload(StrictModel):
     kind: Literal["trace"]
     path: Text | None = None  # required when the trace is read; null in trace.yaml
@@ -276,7 +281,7 @@ class TraceWorkload(StrictModel):
     spread_ticks_s: Positive | None = None
     # tokens per hash of the trace's hash_ids column (Mooncake's format); null: the file's
     # hash_block_tokens metadata. Read only with kv.prefix_caching=true.
-    hash_block_tokens: Annotated[Int, Field(ge=1, le=2**20)] | None = None
+    hash_block_tokens: Annotated[Int, Field(ge=1, le=MAX_HASH_BLOCK_TOKENS)] | None = None
 
 
 WorkloadConfig = Annotated[

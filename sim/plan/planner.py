@@ -51,10 +51,10 @@ from typing import Any
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
 from sim.plan.answer import ranked_table
-from sim.plan.candidates import candidates, fewest_replicas, refuse_planned
+from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
-from sim.plan.runs import Job, LocalLauncher, Simulations
+from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, Simulations
 from sim.plan.searches import plan_candidates
 from sim.plan.settings import PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
@@ -83,16 +83,13 @@ def prepare(overrides: list[str]) -> Prepared:
     folder = Path(
         plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     ).expanduser()
-    each = [c for c in candidates(plan.grid) if c or not plan.candidates] + plan.candidates
-    fewest = []
+    each = every_candidate(plan.grid, plan.candidates)
+    # every candidate's overrides checked and composed before any simulation runs
+    fewest = checked_fewest(base, each, compose_config)
     day = plan.day.periods is not None  # (its first period's workload for the example run)
-    for candidate in each:  # every candidate's overrides composed before any simulation runs
-        refuse_planned(candidate)
-        check_overrides([*base, *candidate])
-        # (what only a run finds: the candidate's answer)
-        fewest.append(fewest_replicas(compose_config([*base, *candidate])))
+    for least in fewest:
         require(
-            not day or fewest[-1] == 1,
+            not day or least == 1,
             "placement",
             "disaggregated",
             "a day plan's seasonal and autoscaled fleets scale one pool: not modelled for a "
@@ -168,6 +165,9 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (while the plan is checked; once it runs: its sweeper's)
+        print("interrupted: fleetcast plan stopped before any simulation ran", file=sys.stderr)
+        return INTERRUPTED_STATUS
     request = prepared.write()
     run_hydra(
         [

@@ -34,7 +34,12 @@ class Rounds(Generic[T]):
     ) -> None:
         self._launch = launch
         self._on_round = on_round or (lambda launched, done: None)
-        self._lock = threading.Condition()
+        # One lock, and a condition per kind of waiter, so that a change wakes only those it
+        # concerns: with one condition for all, every ask() woke every waiting search, and a
+        # plan of 1,000 candidates spent 10 s per 18,000 simulations only waking threads.
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # the coordinator: _runnable == 0
+        self._answered = threading.Condition(self._lock)  # searches waiting in ask()
         self._runnable = 0  # threads that are not waiting on a round or on their children
         self._asked: dict[T, None] = {}  # this round's requests, in the order asked
         self._answers: dict[T, Any] = {}
@@ -52,10 +57,10 @@ class Rounds(Generic[T]):
                     self._asked.setdefault(r, None)
                 self._runnable -= 1
                 self._waiting += 1
-                self._lock.notify_all()
+                self._idle.notify()
                 # every request of a thread that waits is in the next round: the coordinator
                 # answers all of them at once and counts the thread runnable again
-                self._lock.wait_for(
+                self._answered.wait_for(
                     lambda: self._error is not None or all(r in self._answers for r in missing)
                 )
             if self._error is not None:
@@ -67,6 +72,7 @@ class Rounds(Generic[T]):
         in order, once all have ended."""
         results: list[Any] = [None] * len(searches)
         left = [len(searches)]
+        ended = threading.Condition(self._lock)  # this call's searches: the parent waits
 
         def one(i: int, search: Callable[[], R]) -> None:
             try:
@@ -82,7 +88,8 @@ class Rounds(Generic[T]):
                     left[0] -= 1
                     if left[0] == 0:
                         self._runnable += 1  # the waiting parent goes on
-                    self._lock.notify_all()
+                        ended.notify()
+                    self._idle.notify()
 
         if not searches:
             return []
@@ -91,7 +98,7 @@ class Rounds(Generic[T]):
         for i, search in enumerate(searches):
             threading.Thread(target=one, args=(i, search), daemon=True).start()
         with self._lock:
-            self._lock.wait_for(lambda: left[0] == 0)
+            ended.wait_for(lambda: left[0] == 0)
             if self._error is not None:
                 raise _Abandoned
         return results
@@ -113,14 +120,14 @@ class Rounds(Generic[T]):
             finally:
                 with self._lock:
                     self._runnable -= 1
-                    self._lock.notify_all()
+                    self._idle.notify()
 
         with self._lock:
             self._runnable += 1
         threading.Thread(target=top, daemon=True).start()
         while True:
             with self._lock:
-                self._lock.wait_for(lambda: self._runnable == 0)
+                self._idle.wait_for(lambda: self._runnable == 0)
                 batch = list(self._asked)
                 self._asked.clear()
             if not batch or self._error is not None:
@@ -158,7 +165,7 @@ class Rounds(Generic[T]):
         """Count the threads waiting in ask() runnable again and wake them (under the lock)."""
         self._runnable += self._waiting
         self._waiting = 0
-        self._lock.notify_all()
+        self._answered.notify_all()
 
 
 class _Abandoned(BaseException):

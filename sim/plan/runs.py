@@ -16,8 +16,13 @@ The jobs go out in rounds (``sim.plan.rounds``) through a launcher: Hydra's, for
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import multiprocessing
+import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,9 @@ from sim.errors import ConfigError
 from sim.plan.rounds import Rounds
 
 RUNS_FOLDER = "runs"
+# The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a
+# shell reports it.
+INTERRUPTED_STATUS = 130
 
 
 @dataclass(frozen=True)
@@ -79,10 +87,13 @@ def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
         result = simulate(cfg)
     except ConfigError as err:
         return {"error": str(err)}
-    folder = RunFolder(job_dir)  # (removes an older summary first)
-    folder.write(CONFIG_FILE, text)
-    text = to_json(result.summary)
-    folder.write(SUMMARY_FILE, text)
+    folder = RunFolder(job_dir)  # (locked, an older run's files removed first)
+    try:
+        folder.write(CONFIG_FILE, text)
+        text = to_json(result.summary)
+        folder.write(SUMMARY_FILE, text)
+    finally:
+        folder.close()
     # the summary as a reader of summary.json sees it (NaN written as null)
     return {"summary": json.loads(text)}
 
@@ -123,6 +134,25 @@ class LocalLauncher:
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
+
+
+def interrupted(plan_folder: Path) -> int:
+    """After Ctrl-C: kill this process's worker processes (a launcher's: joblib's, a
+    ``LocalLauncher``'s pool), whose simulations would otherwise run on, say in one line what
+    stopped and how to go on, and return ``INTERRUPTED_STATUS``. The simulations that finished
+    are kept in ``runs/`` (each written whole, config then summary), so a rerun into the same
+    folder resumes from them."""
+    for child in multiprocessing.active_children():
+        if child.pid is not None:  # (os.kill: a loky worker's Process has no kill())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+    print(
+        f"interrupted: the plan in {plan_folder} stopped; its finished simulations are kept, "
+        f"and the same command (plan.output_dir={plan_folder}) resumes from them",
+        file=sys.stderr,
+        flush=True,
+    )
+    return INTERRUPTED_STATUS
 
 
 class Simulations:

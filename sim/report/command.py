@@ -300,6 +300,20 @@ def parser() -> argparse.ArgumentParser:
     return made
 
 
+def writable_folder(folder: Path, given: str) -> None:
+    """A ConfigError on ``--out`` unless ``folder`` is, or can be made as, a folder we may
+    write in: checked before anything is read, so a report is not built to be thrown away."""
+    import os
+
+    there = folder
+    while not there.exists() and there != there.parent:
+        there = there.parent  # the nearest part of the path that exists
+    if not there.is_dir():
+        raise ConfigError("--out", given, f"{there} is a file, not a folder")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise ConfigError("--out", given, f"cannot write in {there} (permission denied)")
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     missing = [name for name in REPORT_EXTRA if importlib.util.find_spec(name) is None]
@@ -314,6 +328,8 @@ def main(argv: list[str]) -> int:
 
     report_command = shlex.join(["fleetcast", "report", *argv])
     try:
+        if args.out:
+            writable_folder(Path(args.out).expanduser().parent, args.out)
         source = read_input(args.path)
         kind = KINDS[type(source).__name__]
         title = args.title or f"Fleetcast report: {kind} {Path(args.path).resolve().name}"
@@ -322,7 +338,16 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     stem = Path(args.out).expanduser() if args.out else Path(args.path).expanduser() / "report"
-    page, markdown = write_report(doc, stem)
+    try:
+        page, markdown = write_report(doc, stem)
+    except OSError as err:  # --out under a file, in a folder we may not write, a full disk
+        field = "--out" if args.out else "PATH"
+        reason = " ".join(str(err).split())
+        print(
+            f"error: {ConfigError(field, str(stem), f'cannot write the report: {reason}')}",
+            file=sys.stderr,
+        )
+        return 2
     print(f"report: {page}")
     print(f"        {markdown} (figures in {stem.name}_files/)")
     return 0

@@ -14,18 +14,30 @@ PATH is one of (the first that matches):
   ``SWEEP`` or ``SWEEP/collected``; its run folders are read too while they are there.
 
 Anything else is refused with one line naming PATH (``ConfigError`` on the field ``PATH``).
-Tables are read when a section asks for them, and only the columns it needs.
+Tables are read when a section asks for them, and only the columns it needs; one that cannot be
+read (a truncated Parquet file) is refused the same way, naming the file.
+
+The JSON and YAML files are checked for the shape the report reads before any of it is used
+(``SUMMARY_SHAPE``, ``CONFIG_SECTIONS``, ``PLAN_SHAPE``, ``PLAN_REQUEST_SHAPE``): a key of the
+wrong type (text where a number belongs, a list where a mapping does) is a one-line refusal
+naming the file and the key, not a traceback from deep inside a figure. Keys the report does
+not know are left alone, so a newer Fleetcast's extra keys still report. A run that completed no
+request is refused too: every section of a run's report (its answer, latency, cost per token,
+KV-cache figure) is computed over completed requests, and a page of dashes would look like a
+broken report rather than say what happened.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -35,6 +47,7 @@ from sim.output.run_files import (
     REQUESTS_FILE,
     SCALING_FILE,
     STEPS_FILE,
+    SUMMARY_COUNTS,
     SUMMARY_FILE,
 )
 from sim.plan.rounds import Rounds
@@ -69,13 +82,177 @@ def _read_yaml(path: Path, folder: Path) -> Any:
 
 
 def _parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
-    """The table at ``path`` (only ``columns`` it has, when given); None when absent."""
+    """The table at ``path`` (only ``columns`` it has, when given); None when absent; a
+    ConfigError naming the file (and its folder as PATH) when it cannot be read."""
     if not path.exists():
         return None
-    if columns is not None:
-        have = set(pq.read_schema(path).names) if path.is_file() else None
-        columns = [c for c in columns if have is None or c in have]
-    return pq.read_table(path, columns=columns).to_pandas()
+    try:
+        if columns is not None:
+            have = set(pq.read_schema(path).names) if path.is_file() else None
+            columns = [c for c in columns if have is None or c in have]
+        return pq.read_table(path, columns=columns).to_pandas()
+    except (pa.ArrowException, OSError) as err:
+        raise _refuse(
+            path.parent, f"cannot read {path.name}: {' '.join(str(err).split())}"
+        ) from None
+
+
+# -- the shape of the files the report reads --------------------------------------------------
+#
+# A shape is a check (a function from a value to "it is fine"), a mapping of key -> shape (the
+# value must be a mapping; each key, when present and not null, must have its shape), or a
+# one-item list [shape] (a list whose every item has it). Null is allowed wherever a key is:
+# the simulator writes null for a statistic it has no sample for.
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A leaf of a shape: ``what`` names it in a refusal (``a number``)."""
+
+    what: str
+    test: Callable[[object], bool]
+
+
+NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
+COUNT = Kind(
+    "a whole number >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0
+)
+TEXT = Kind("text", lambda v: isinstance(v, str))
+FLAG = Kind("true or false", lambda v: isinstance(v, bool))
+MAPPING = Kind("a mapping", lambda v: isinstance(v, dict))
+LIST = Kind("a list", lambda v: isinstance(v, list))
+
+STATS = {stat: NUMBER for stat in ("mean", "p50", "p90", "p95", "p99")}
+# summary.json as the report reads it (sim.output.results writes it)
+SUMMARY_SHAPE: dict[str, Any] = {
+    **{key: STATS for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_delay_s")},
+    "throughput": {
+        "requests_per_s": NUMBER,
+        "output_tokens_per_s": NUMBER,
+        "total_tokens_per_s": NUMBER,
+    },
+    "goodput_requests_per_s": NUMBER,
+    "slo": {"ttft_s": NUMBER, "tpot_s": NUMBER, "e2e_s": NUMBER},
+    **dict.fromkeys(SUMMARY_COUNTS, COUNT),
+    "duration_s": NUMBER,
+    "gpu_busy_fraction": NUMBER,
+    "kv_utilization": {"mean": NUMBER, "max": NUMBER},
+    "kv_capacity_tokens_per_model": [COUNT],
+    "cost": {
+        "usd_per_gpu_hour": NUMBER,
+        "tier": TEXT,
+        "price_source": TEXT,
+        "usd_per_hour": NUMBER,
+        "usd_per_hour_with_energy": NUMBER,
+        "usd_per_million_output_tokens": NUMBER,
+        "usd_per_million_input_tokens": NUMBER,
+        "usd_per_thousand_good_requests": NUMBER,
+        "gpu_hours_per_day": NUMBER,
+        "energy": MAPPING,
+    },
+    "rejected_by_reason": MAPPING,
+    "stability": {"verdict": TEXT, "reason": TEXT},
+    "autoscale": MAPPING,
+    "disaggregation": MAPPING,
+    "prefix_cache": MAPPING,
+}
+# the keys every summary.json has (the output contract, docs/reference: the summary's keys)
+SUMMARY_KEYS = (
+    "ttft_s",
+    "tpot_s",
+    "itl_s",
+    "e2e_s",
+    "throughput",
+    "goodput_requests_per_s",
+    "completed",
+    "rejected",
+    "unfinished",
+    "num_gpus",
+    "kv_capacity_tokens",
+    "cost",
+)
+# the config.yaml groups the report reads, each a mapping (configs/: one folder per group)
+CONFIG_SECTIONS = (
+    "model",
+    "hardware",
+    "precision",
+    "memory",
+    "kv",
+    "fleet",
+    "scheduler",
+    "router",
+    "step_time",
+    "workload",
+    "slo",
+    "sim",
+    "frontend",
+    "placement",
+    "cost",
+    "output",
+    "autoscale",
+    "spec_decode",
+)
+CANDIDATE_SHAPE = {
+    "candidate": TEXT,
+    "overrides": [TEXT],
+    "feasible": FLAG,
+    "replicas": COUNT,
+    "reason": TEXT,
+    "evaluated": [MAPPING],
+    "usd_per_hour": NUMBER,
+    "usd_per_million_output_tokens": NUMBER,
+    "replications": COUNT,
+    "miss_probability": NUMBER,
+    "verdicts": [TEXT],
+    "whatifs": MAPPING,
+    "headroom": MAPPING,
+    "slo": {},  # each SLO's interval, by its text
+}
+# plan.json as the planner writes it (sim.plan.answer), and plan_request.json
+PLAN_SHAPE = {
+    "slo": [TEXT],
+    "confidence": NUMBER,
+    "max_miss_probability": NUMBER,
+    "base_overrides": [TEXT],
+    "seed": COUNT,
+    "candidates": [CANDIDATE_SHAPE],
+}
+PLAN_REQUEST_SHAPE = {
+    "plan": {"slo": [TEXT], "grid": MAPPING, "day": MAPPING},
+    "base": [TEXT],
+    "version": TEXT,
+}
+
+
+def _shape_of(shape: Any) -> str:
+    if isinstance(shape, Kind):
+        return shape.what
+    return "a mapping" if isinstance(shape, dict) else "a list"
+
+
+def check_shape(value: object, shape: Any, name: str, folder: Path, key: str = "") -> None:
+    """A ConfigError on PATH naming the file ``name`` and the first key (``cost.usd_per_hour``,
+    ``candidates[0].replicas``) whose value does not have its ``shape`` (see above)."""
+    if isinstance(shape, Kind):
+        fits = shape.test(value)
+    elif isinstance(shape, dict):
+        fits = isinstance(value, dict)
+    else:
+        fits = isinstance(value, list)
+    if not fits:
+        shown = json.dumps(value, default=str)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        where = f"{key} is {shown}" if key else f"holds {shown}"
+        raise _refuse(folder, f"{name}: {where}, not {_shape_of(shape)}")
+    if isinstance(shape, dict):
+        assert isinstance(value, dict)
+        for sub, inner in shape.items():
+            if value.get(sub) is not None:
+                check_shape(value[sub], inner, name, folder, f"{key}.{sub}" if key else sub)
+    elif isinstance(shape, list):
+        assert isinstance(value, list)
+        for at, item in enumerate(value):
+            check_shape(item, shape[0], name, folder, f"{key}[{at}]")
 
 
 @dataclass
@@ -108,7 +285,8 @@ class RunInput:
 
 
 def read_run(folder: Path) -> RunInput:
-    """The run in ``folder``; ConfigError when it has no summary (not finished)."""
+    """The run in ``folder``; ConfigError when it has no summary (not finished), or when its
+    summary or config is not of the shape the report reads (``SUMMARY_SHAPE``)."""
     if not (folder / SUMMARY_FILE).is_file():
         raise _refuse(folder, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
     summary = _read_json(folder / SUMMARY_FILE, folder)
@@ -117,12 +295,34 @@ def read_run(folder: Path) -> RunInput:
     overrides = _read_yaml(recorded, folder) if recorded.is_file() else None
     if not isinstance(summary, dict) or not isinstance(config, dict):
         raise _refuse(folder, f"{SUMMARY_FILE} and {CONFIG_FILE} must hold mappings")
+    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise _refuse(
+            folder,
+            f"{SUMMARY_FILE} has no {', '.join(missing)}: not a summary Fleetcast wrote",
+        )
+    check_shape(summary, SUMMARY_SHAPE, SUMMARY_FILE, folder)
+    check_shape(config, dict.fromkeys(CONFIG_SECTIONS, MAPPING), CONFIG_FILE, folder)
     return RunInput(
         folder,
         config,
         summary,
         [str(o) for o in overrides] if isinstance(overrides, list) else None,
     )
+
+
+def require_served(run: RunInput) -> None:
+    """A ConfigError unless the run completed at least one request (see the module
+    docstring: its report would have nothing to show)."""
+    summary = run.summary
+    if not summary["completed"]:
+        raise _refuse(
+            run.path,
+            f"the run completed no request ({summary.get('num_requests', 0):,} measured: "
+            f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), so there "
+            "is no latency, throughput or cost per token to report; its printed summary (or "
+            f"{SUMMARY_FILE}) says what it did",
+        )
 
 
 @dataclass
@@ -172,9 +372,14 @@ def run_labels(runs: pd.DataFrame, swept: list[str], leave_out: set[str]) -> pd.
 
 
 def read_sweep(collected: Path) -> SweepInput:
-    table = pq.read_table(collected / RUNS_TABLE)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    swept = json.loads(meta.get("fleetcast_swept_keys", "[]"))
+    try:
+        table = pq.read_table(collected / RUNS_TABLE)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        swept = json.loads(meta.get("fleetcast_swept_keys", "[]"))
+    except (pa.ArrowException, OSError, ValueError) as err:
+        reason = " ".join(str(err).split())
+        raise _refuse(collected, f"cannot read {RUNS_TABLE}: {reason}") from None
+    check_shape(swept, [TEXT], f"{RUNS_TABLE}'s metadata", collected, "fleetcast_swept_keys")
     sweep_dir = collected.parent if collected.name == COLLECTED_FOLDER else None
     overrides = None
     if sweep_dir is not None and (sweep_dir / MULTIRUN_FILE).is_file():
@@ -295,6 +500,7 @@ def read_plan(folder: Path) -> PlanInput:
     plan = _read_json(folder / PLAN_FILE, folder)
     if not isinstance(plan, dict):
         raise _refuse(folder, f"{PLAN_FILE} must hold a JSON object")
+    check_shape(plan, PLAN_SHAPE, PLAN_FILE, folder)
     request = folder / PLAN_REQUEST_FILE
     day = None if request.is_file() else day_plan_of(folder)
     day_command = None
@@ -302,14 +508,10 @@ def read_plan(folder: Path) -> PlanInput:
         request = day / PLAN_REQUEST_FILE
         if (day / DAY_PLAN_FILE).is_file():
             day_command = read_day_plan(day).command
-    return PlanInput(
-        folder,
-        plan,
-        _parquet(folder / PLAN_TABLE),
-        _read_json(request, folder) if request.is_file() else None,
-        day,
-        day_command,
-    )
+    recorded = _read_json(request, folder) if request.is_file() else None
+    if recorded is not None:
+        check_shape(recorded, PLAN_REQUEST_SHAPE, PLAN_REQUEST_FILE, folder)
+    return PlanInput(folder, plan, _parquet(folder / PLAN_TABLE), recorded, day, day_command)
 
 
 @dataclass
@@ -332,11 +534,10 @@ class DayPlanInput:
 
 def read_day_plan_folder(folder: Path) -> DayPlanInput:
     request = folder / PLAN_REQUEST_FILE
-    found = DayPlanInput(
-        folder,
-        read_day_plan(folder),
-        request=_read_json(request, folder) if request.is_file() else None,
-    )
+    recorded = _read_json(request, folder) if request.is_file() else None
+    if recorded is not None:
+        check_shape(recorded, PLAN_REQUEST_SHAPE, PLAN_REQUEST_FILE, folder)
+    found = DayPlanInput(folder, read_day_plan(folder), request=recorded)
     for name, answer in found.plan.answers.items():
         if answer.run is None:
             found.missing[name] = "no run folder named"
@@ -362,7 +563,9 @@ def read_input(given: str | Path) -> ReportInput:
     if (folder / PLAN_FILE).is_file():
         return read_plan(folder)
     if (folder / SUMMARY_FILE).is_file():
-        return read_run(folder)
+        run = read_run(folder)
+        require_served(run)
+        return run
     if (folder / CONFIG_FILE).is_file():
         raise _refuse(given, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
     for collected in (folder, folder / COLLECTED_FOLDER):

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import sim
-from sim.output.run_files import REQUESTS_FILE
+from sim.output.run_files import REQUESTS_FILE, SUMMARY_COUNTS
 from sim.sweeps.runs import CollectError, Run, _run_id, find_runs, read_run
 
 SCHEMA_VERSION = "1"
@@ -74,21 +74,7 @@ def _canonical(value: object) -> str:
 # are integers, the labels (cost, stability) strings, the stability flags booleans, every other
 # metric float64.
 METRIC_TYPES = {
-    **{
-        name: pa.int64()
-        for name in (
-            "num_requests",
-            "warmup_requests",
-            "completed",
-            "rejected",
-            "unfinished",
-            "num_preemptions",
-            "num_steps",
-            "num_replicas",
-            "num_gpus",
-            "kv_capacity_tokens",
-        )
-    },
+    **{name: pa.int64() for name in SUMMARY_COUNTS},
     "cost.tier": pa.string(),
     "cost.price_source": pa.string(),
     "stability.verdict": pa.string(),

@@ -31,14 +31,23 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.config.workload_schema import MAX_HASH_BLOCK_TOKENS
 from sim.errors import ConfigError, require
 from sim.resources import resolve_path
 from sim.workload.source import Workload
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 HASH_COLUMN = "hash_ids"
+BLOCK_TOKENS_KEY = b"hash_block_tokens"  # the Parquet metadata key: prompt tokens per id
+FIELD = "workload.path"  # errors in the file name the file
+# The largest id: ids are hashed as int64 (a uint64 or float id above it would wrap or round).
+MAX_ID = 2**63 - 1
 
 
 # the chain's polynomial hash, mod 2**64: key_k = sum over i <= k of (id_i + 1) * P**(k - i)
@@ -107,57 +116,122 @@ def prefix_groups(
 
 def with_hash_ids(workload: Workload, hash_block_tokens: int | None) -> Workload:
     """``workload`` with the ``hash_ids`` of its trace's rows (a workload that replays no trace,
-    or a trace without the column, has none: nothing in it is shared)."""
+    or a trace without the column, has none: nothing in it is shared).
+
+    The column is checked, not repaired: it must be a list of whole-number ids from 0 to
+    ``MAX_ID`` per row (no nulls), with no more ids than the prompt has trace blocks
+    (``ceil(prompt_tokens / hash_block_tokens)``, as Mooncake's traces give), and the file's
+    ``hash_block_tokens`` metadata, when it is used, holds the values the command line takes.
+    Anything else is a ConfigError naming the file and, for a cell, its row: ids that do not
+    describe the prompt would silently give the cache a workload the user does not have.
+    """
     if workload.trace_file is None:
         return workload
     import pyarrow.parquet as pq
 
     from sim.workload.traces import is_csv
 
-    field = "workload.path"
-    path = resolve_path(workload.trace_file, field)
+    path = resolve_path(workload.trace_file, FIELD)
     if is_csv(Path(path)):
         return workload  # a CSV has no list column
     parquet = pq.ParquetFile(path)
     if HASH_COLUMN not in parquet.schema_arrow.names:
         return workload
+    shown = workload.trace_file
     if hash_block_tokens is None:
-        meta = parquet.schema_arrow.metadata or {}
-        given = meta.get(b"hash_block_tokens")
-        if given is None:
-            raise ConfigError(
-                "workload.hash_block_tokens",
-                None,
-                f"{workload.trace_file} has a {HASH_COLUMN} column but no hash_block_tokens "
-                "metadata: say how many prompt tokens each hash covers",
-            )
-        hash_block_tokens = int(given)
+        hash_block_tokens = _block_tokens_from(parquet.schema_arrow.metadata or {}, shown)
     column = parquet.read(columns=[HASH_COLUMN]).column(HASH_COLUMN).combine_chunks()
+    _require_id_lists(column.type, shown)
     assert workload.trace_rows is not None
     offsets = column.offsets.to_numpy()
-    flat = column.values
-    bad: np.ndarray = np.flatnonzero(~flat.is_valid().to_numpy(zero_copy_only=False))
-    if not len(bad):
-        values = flat.to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(values < 0)
-    if len(bad):
-        row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
-        raise ConfigError(
-            field,
-            workload.trace_file,
-            f"row {row + 1}, column {HASH_COLUMN}: an empty or negative id; ids are whole "
-            "numbers >= 0",
-        )
+    values = _checked_ids(column.values, offsets, shown)
     rows = workload.trace_rows
     null_rows = np.flatnonzero(~column.is_valid().to_numpy(zero_copy_only=False)[rows])
     require(
         null_rows.size == 0,
-        field,
-        workload.trace_file,
+        FIELD,
+        shown,
         f"row {int(rows[null_rows[0]]) + 1 if null_rows.size else 0}, column {HASH_COLUMN}: "
         "empty (give a list, [] when nothing is shared)",
     )
+    counts = (offsets[1:] - offsets[:-1])[rows]
+    blocks = -(-workload.prompt_tokens // hash_block_tokens)  # the last block may be partial
+    over = np.flatnonzero(counts > blocks)
+    if over.size:
+        at = int(over[0])
+        raise ConfigError(
+            FIELD,
+            shown,
+            f"row {int(rows[at]) + 1}, column {HASH_COLUMN}: {int(counts[at])} ids for "
+            f"{int(workload.prompt_tokens[at])} prompt tokens, which make "
+            f"{int(blocks[at])} block(s) of hash_block_tokens={hash_block_tokens}; one id per "
+            f"block{f' ({over.size:,} rows like it)' if over.size > 1 else ''}",
+        )
     hash_ids = [values[offsets[r] : offsets[r + 1]] for r in rows]
     return dataclasses.replace(
         workload, hash_ids=hash_ids, hash_block_tokens=int(hash_block_tokens)
     )
+
+
+def _block_tokens_from(metadata: dict[bytes, bytes], shown: str) -> int:
+    """The file's ``hash_block_tokens`` metadata, checked as ``workload.hash_block_tokens``
+    is on the command line (a 0 there would silently turn the cache off)."""
+    given = metadata.get(BLOCK_TOKENS_KEY)
+    if given is None:
+        raise ConfigError(
+            "workload.hash_block_tokens",
+            None,
+            f"{shown} has a {HASH_COLUMN} column but no hash_block_tokens "
+            "metadata: say how many prompt tokens each hash covers",
+        )
+    text = given.decode("utf-8", "replace").strip()
+    value = int(text) if text.isascii() and text.isdigit() else 0
+    require(
+        1 <= value <= MAX_HASH_BLOCK_TOKENS,
+        FIELD,
+        shown,
+        f"its hash_block_tokens metadata is {text!r}: it must be a whole number of prompt "
+        f"tokens from 1 to {MAX_HASH_BLOCK_TOKENS:,} (or set workload.hash_block_tokens)",
+    )
+    return value
+
+
+def _require_id_lists(kind: pa.DataType, shown: str) -> None:
+    """A ConfigError unless the column holds lists of numbers (one list of ids per row)."""
+    import pyarrow as pa
+
+    lists = isinstance(kind, (pa.ListType, pa.LargeListType))
+    require(
+        lists and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)),
+        FIELD,
+        shown,
+        f"column {HASH_COLUMN} holds {kind}, not lists of ids: one list of whole numbers "
+        "per row (list<int64>)",
+    )
+
+
+def _checked_ids(flat: object, offsets: np.ndarray, shown: str) -> np.ndarray:
+    """Every id of the column as int64, or a ConfigError naming the row of the first that is
+    empty, negative, fractional or above ``MAX_ID``."""
+    valid = flat.is_valid().to_numpy(zero_copy_only=False)  # type: ignore[attr-defined]
+    values = flat.to_numpy(zero_copy_only=False)  # type: ignore[attr-defined]
+    checks = [(~valid, "an empty or negative id")]
+    if valid.all():
+        checks.append((values < 0, "an empty or negative id"))
+        if np.issubdtype(values.dtype, np.floating):
+            checks.append((values != np.floor(values), "a fractional id"))
+            # (MAX_ID as a float rounds up to 2**63, which int64 cannot hold)
+            checks.append((values >= float(MAX_ID), f"an id above {MAX_ID:,}"))
+        else:
+            checks.append((values > MAX_ID, f"an id above {MAX_ID:,}"))
+    for bad, what in checks:
+        found = np.flatnonzero(bad)
+        if found.size:
+            row = int(np.searchsorted(offsets, found[0], side="right")) - 1
+            raise ConfigError(
+                FIELD,
+                shown,
+                f"row {row + 1}, column {HASH_COLUMN}: {what} "
+                f"({values[found[0]].item()!r}); ids are whole numbers from 0 to {MAX_ID:,}",
+            )
+    return values.astype(np.int64)

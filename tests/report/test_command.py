@@ -3,6 +3,7 @@ Markdown file whose figures exist, and the page renders in a real browser."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -243,3 +244,30 @@ def test_a_real_day_plan_and_one_of_its_periods(real_day_folder):
     assert "This plan is the period 08-20 of the day plan in" in period
     assert "The run folder" not in period  # the chosen simulation was found in DAYPLAN/runs
     assert "| inputs produced by | fleetcast plan step_time=constant" in period
+
+
+def test_an_out_that_cannot_be_created_is_one_line_before_anything_is_read(
+    run_folder, tmp_path, capsys
+):
+    (tmp_path / "a_file").write_text("x")
+    stem = tmp_path / "a_file" / "sub" / "report"
+    assert command.main([str(run_folder), "--out", str(stem)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --out='{stem}': {tmp_path / 'a_file'} is a file, not a folder\n"
+    )
+    # STEM.html taken by a folder: the write itself fails, told in one line
+    (tmp_path / "taken.html" / "x").mkdir(parents=True)
+    assert command.main([str(run_folder), "--out", str(tmp_path / "taken")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out='{tmp_path / 'taken'}': cannot write the report: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any folder")
+def test_an_out_in_a_folder_we_may_not_write_is_one_line(run_folder, tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    assert command.main([str(run_folder), "--out", str(locked / "report")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --out='{locked / 'report'}': cannot write in {locked} (permission denied)\n"
+    )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
+
+import pytest
 
 from sim.report import command
 from sim.report.inputs import (
@@ -16,7 +19,8 @@ from sim.report.inputs import (
     plan_command,
     read_input,
 )
-from tests.support import fleetcast
+from sim.run import simulate
+from tests.support import compose, fleetcast
 
 
 def test_each_kind_of_folder_is_told_apart(run_folder, day_folder, plan_folder, sweep_folder):
@@ -139,3 +143,135 @@ def test_a_period_of_a_day_plan_finds_its_runs_and_command_in_the_day_plan(
     shutil.copytree(period, lone)
     alone = read_input(lone)
     assert alone.day_plan is None and alone.run(answer["overrides"], answer["replicas"]) is None
+
+
+def edit_json(path: Path, change) -> None:
+    """``path``'s JSON, changed in place by ``change`` (a function of the loaded object)."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
+
+
+# (id, the folder to copy, what to break in it, what the one line says after PATH='...': )
+BROKEN_FILES = [
+    (
+        "truncated requests",
+        "run",
+        lambda f: truncated(f / "requests.parquet"),
+        "cannot read requests.parquet: Parquet magic bytes",
+    ),
+    (
+        "truncated steps",
+        "run",
+        lambda f: truncated(f / "steps.parquet"),
+        "cannot read steps.parquet: Parquet magic bytes",
+    ),
+    (
+        "truncated plan table",
+        "plan",
+        lambda f: truncated(f / "plan.parquet"),
+        "cannot read plan.parquet: ",
+    ),
+    (
+        "summary statistic as text",
+        "run",
+        lambda f: edit_json(f / "summary.json", lambda s: s.update(ttft_s="fast")),
+        'summary.json: ttft_s is "fast", not a mapping',
+    ),
+    (
+        "summary cost as text",
+        "run",
+        lambda f: edit_json(f / "summary.json", lambda s: s["cost"].update(usd_per_hour="x")),
+        'summary.json: cost.usd_per_hour is "x", not a number',
+    ),
+    (
+        "summary count fractional",
+        "run",
+        lambda f: edit_json(f / "summary.json", lambda s: s.update(num_gpus=1.5)),
+        "summary.json: num_gpus is 1.5, not a whole number >= 0",
+    ),
+    (
+        "summary without contract keys",
+        "run",
+        lambda f: (f / "summary.json").write_text('{"ttft_s": {}}'),
+        "summary.json has no tpot_s, itl_s, e2e_s, throughput, goodput_requests_per_s, completed",
+    ),
+    (
+        "config section as text",
+        "run",
+        lambda f: (f / "config.yaml").write_text("fleet: big\n"),
+        'config.yaml: fleet is "big", not a mapping',
+    ),
+    (
+        "plan SLOs as text",
+        "plan",
+        lambda f: edit_json(f / "plan.json", lambda p: p.update(slo="fast")),
+        'plan.json: slo is "fast", not a list',
+    ),
+    (
+        "plan candidates as text",
+        "plan",
+        lambda f: edit_json(f / "plan.json", lambda p: p.update(candidates="all")),
+        'plan.json: candidates is "all", not a list',
+    ),
+    (
+        "plan candidate replicas as text",
+        "plan",
+        lambda f: edit_json(f / "plan.json", lambda p: p["candidates"][0].update(replicas="two")),
+        'plan.json: candidates\\[0\\].replicas is "two", not a whole number >= 0',
+    ),
+    (
+        "plan request settings as a list",
+        "plan",
+        lambda f: (f / "plan_request.json").write_text('{"plan": [], "base": []}'),
+        "plan_request.json: plan is \\[\\], not a mapping",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "kind, brake, says", [r[1:] for r in BROKEN_FILES], ids=[r[0] for r in BROKEN_FILES]
+)
+def test_a_broken_or_mistyped_file_is_one_line_naming_it_and_nothing_is_written(
+    tmp_path, capsys, run_folder, plan_folder, kind, brake, says
+):
+    folder = tmp_path / kind
+    # (without the report another test may have written into the shared folder)
+    shutil.copytree(
+        run_folder if kind == "run" else plan_folder,
+        folder,
+        ignore=shutil.ignore_patterns("report*"),
+    )
+    brake(folder)
+    err = refused(capsys, folder)
+    assert re.match(rf"error: PATH='{re.escape(str(folder))}': {says}", err), err
+    assert not list(folder.glob("report*"))
+
+
+def test_a_run_that_completed_nothing_is_refused_saying_so(tmp_path, capsys):
+    """Every request still in flight at the horizon: a report of dashes would say nothing."""
+    folder = tmp_path / "r"
+    simulate(
+        compose(
+            "workload=poisson",
+            "workload.num_requests=5",
+            "workload.qps=50",
+            "sim.horizon_s=0.05",
+            "sim.progress=false",
+        ),
+        folder,
+    )
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["completed"] == 0 and summary["unfinished"] >= 1
+    err = refused(capsys, folder)
+    assert err == (
+        f"error: PATH='{folder}': the run completed no request ({summary['num_requests']} "
+        f"measured: 0 rejected, {summary['unfinished']} unfinished), so there is no latency, "
+        "throughput or cost per token to report; its printed summary (or summary.json) says "
+        "what it did\n"
+    )
+    assert not list(folder.glob("report*"))

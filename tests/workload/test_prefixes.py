@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -213,3 +215,85 @@ def test_a_host_tier_it_cannot_have_is_refused_naming_the_field(overrides, field
     with pytest.raises(ConfigError) as caught:
         simulate(compose_config([*HOST_RUN, "workload.num_sessions=3", *overrides]))
     assert caught.value.field == field
+
+
+def two_row_trace(path, ids: pa.Array, block_tokens: bytes | None = b"64") -> None:
+    """A two-request trace (100-token prompts) with ``ids`` as its hash_ids column and
+    ``block_tokens`` as its hash_block_tokens metadata (None: none)."""
+    table = pa.table(
+        {
+            "arrival_time_s": [0.0, 1.0],
+            "prompt_tokens": pa.array([100, 100], pa.int32()),
+            "output_tokens": pa.array([10, 10], pa.int32()),
+            "hash_ids": ids,
+        }
+    )
+    if block_tokens is not None:
+        table = table.replace_schema_metadata({b"hash_block_tokens": block_tokens})
+    pq.write_table(table, path)
+
+
+INT_IDS = pa.array([[1], [1, 2]], pa.list_(pa.int64()))
+
+
+# (id, hash_ids column, file metadata, what the one line says after the file)
+BAD_HASH_COLUMNS = [
+    ("strings", pa.array([["a"], ["a", "b"]]), b"64", "column hash_ids holds list<element: str"),
+    ("not a list", pa.array([1, 2]), b"64", "column hash_ids holds int64, not lists of ids"),
+    (
+        "nested lists",
+        pa.array([[[1]], [[1]]]),
+        b"64",
+        "column hash_ids holds list<element: list<element: int64>>",
+    ),
+    (
+        "fractional",
+        pa.array([[1.0], [2.0, 2.5]]),
+        b"64",
+        r"row 2, column hash_ids: a fractional id \(2\.5\)",
+    ),
+    (
+        "above int64",
+        pa.array([[1], [2**63 + 5]], pa.list_(pa.uint64())),
+        b"64",
+        r"row 2, column hash_ids: an id above 9,223,372,036,854,775,807",
+    ),
+    (
+        "more ids than blocks",
+        pa.array([[1, 2], [1, 2, 3]], pa.list_(pa.int64())),
+        b"64",
+        r"row 2, column hash_ids: 3 ids for 100 prompt tokens, which make 2 block\(s\)",
+    ),
+    ("metadata zero", INT_IDS, b"0", r"its hash_block_tokens metadata is '0': it must be a whole"),
+    ("metadata negative", INT_IDS, b"-3", "its hash_block_tokens metadata is '-3'"),
+    ("metadata text", INT_IDS, b"abc", "its hash_block_tokens metadata is 'abc'"),
+    ("metadata huge", INT_IDS, b"99999999999", "its hash_block_tokens metadata is '99999999999'"),
+]
+
+
+@pytest.mark.parametrize(
+    "ids, block_tokens, says",
+    [row[1:] for row in BAD_HASH_COLUMNS],
+    ids=[r[0] for r in BAD_HASH_COLUMNS],
+)
+def test_a_bad_hash_ids_column_or_block_size_is_one_line_naming_the_file(
+    tmp_path, ids, block_tokens, says
+):
+    path = tmp_path / "t.parquet"
+    two_row_trace(path, ids, block_tokens)
+    over = ["workload=trace", f"workload.path={path}", "kv.prefix_caching=true"]
+    with pytest.raises(
+        ConfigError, match=rf"^workload\.path='{re.escape(str(path))}': {says}"
+    ) as err:
+        simulate(compose_config(over))
+    assert "\n" not in str(err.value)
+
+
+def test_whole_float_ids_and_as_many_ids_as_blocks_are_replayed(tmp_path):
+    path = tmp_path / "t.parquet"
+    # 100 tokens in trace blocks of 32 are four (the last partial): four ids is the most
+    two_row_trace(path, pa.array([[1.0, 2.0, 5.0, 6.0], [1.0, 2.0, 7.0]]), b"32")
+    over = ["workload=trace", f"workload.path={path}", "kv.prefix_caching=true"]
+    result = simulate(compose_config([*over, "sim.progress=false"]))
+    # the second prompt shares its first two 32-token trace blocks: 64 tokens, 4 engine blocks
+    assert result.requests.column("cached_prompt_tokens").to_pylist() == [0, 64]
