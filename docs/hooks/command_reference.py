@@ -2,8 +2,9 @@
 
 Each command of ``sim.cli.COMMANDS`` gets a section holding what ``fleetcast COMMAND --help``
 prints, run from this checkout, so the page says what the code accepts today. ``run`` and
-``memory`` take config overrides (the config reference lists them) and Hydra's flags, so their
-sections say that instead. A ``--help`` that fails or prints a traceback stops the build.
+``memory`` take config overrides (the config reference lists them), so their sections open with
+a sentence saying so before their help. A ``--help`` that fails or prints a traceback stops the
+build.
 
 An MkDocs hook: ``on_page_markdown`` replaces ``MARKER`` in a page with ``render()``.
 """
@@ -21,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- generated: command reference -->"
 HELP_WIDTH = "100"  # argparse wraps to $COLUMNS: one width, whatever the terminal
 HELP_TIMEOUT_S = 120  # a --help that has not answered by then is a hang, not a slow machine
-# the commands whose arguments are config overrides: what they take is the config reference
+# the commands whose arguments are config overrides: a sentence pointing at the config reference
 OVERRIDE_COMMANDS = {
     "run": "simulate one configuration: `fleetcast [run] [KEY=VALUE ...]`. Every key of the "
     "[config reference](config.md) can be set; `-m` with comma-separated values runs a sweep "
@@ -65,17 +66,15 @@ def commands() -> tuple[str, ...]:
 def render() -> str:
     """The generated part of reference/commands.md."""
     names = commands()
-    asked = [c for c in names if c not in OVERRIDE_COMMANDS]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        helps = dict(zip(["", *asked], pool.map(command_help, ["", *asked]), strict=True))
-    out = ["## fleetcast", "", "```text", helps[""], "```", ""]
+        helps = dict(zip(["", *names], pool.map(command_help, ["", *names]), strict=True))
+    out = ["## fleetcast", "", "`fleetcast --help`:", "", "```text", helps[""], "```", ""]
     for name in names:
         shown = " ".join(HELP_ARGV.get(name, [name])[:2])
         out += [f"## {name}", ""]
         if name in OVERRIDE_COMMANDS:
             out += [OVERRIDE_COMMANDS[name], ""]
-        else:
-            out += [f"`fleetcast {shown} --help`:", "", "```text", helps[name], "```", ""]
+        out += [f"`fleetcast {shown} --help`:", "", "```text", helps[name], "```", ""]
     return "\n".join(out)
 
 
