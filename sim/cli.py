@@ -52,8 +52,8 @@ from sim.startup import STARTUP, import_until_checked, imported
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from sim.config.compose_ahead import ComposeAhead
-    from sim.config.compose_cache import ComposeCache, ComposedRun
+    from sim.startup.compose_ahead import ComposeAhead
+    from sim.startup.compose_cache import ComposeCache, ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
@@ -134,13 +134,13 @@ def _single_run(
     first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
     config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
     reads these run folders like any other. The same command run again reads its composed
-    config back from disk, without Hydra (``sim.config.compose_cache``); a command not found
+    config back from disk, without Hydra (``sim.startup.compose_cache``); a command not found
     there is composed in a child, beside this process's imports, where it can be
-    (``sim.config.compose_ahead``). Runs that ask Hydra for more (``hydra.*`` overrides,
+    (``sim.startup.compose_ahead``). Runs that ask Hydra for more (``hydra.*`` overrides,
     flags) go through Hydra's runner.
     """
     from sim.config.compose import check_overrides
-    from sim.config.compose_cache import ComposeFailed
+    from sim.startup.compose_cache import ComposeFailed
 
     pending: list[str] = []
     try:
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
 def _command(argv: list[str], as_command: bool = False) -> None:
     """Run the command ``argv``; ``as_command``: it is this process's own command line."""
     from sim.config.compose import HYDRA_OVERRIDE, check_overrides
-    from sim.config.compose_cache import ComposeCache
+    from sim.startup.compose_cache import ComposeCache
 
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -393,7 +393,7 @@ def _command(argv: list[str], as_command: bool = False) -> None:
         if as_command and composed is None:
             # The process's own run, never composed before: a child composes (where a second
             # core may run it) while this process imports what the run needs.
-            from sim.config.compose_ahead import ComposeAhead
+            from sim.startup.compose_ahead import ComposeAhead
 
             ahead = ComposeAhead.start(cache)
         try:

@@ -1,6 +1,6 @@
 """Hydra composing a single run's config in a forked child, while the run imports its modules.
 
-A command never run before (no entry in ``sim.config.compose_cache``) pays twice before its
+A command never run before (no entry in ``sim.startup.compose_cache``) pays twice before its
 first event: about 190 ms for Hydra to import and compose the config, and about 250 ms to
 import what the run needs (OmegaConf, numpy, pydantic, pyarrow, SimPy). Neither needs the
 other, so where the process may run on a second core ``ComposeAhead`` forks it before either
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, cast
 
-from sim.config.compose_cache import ComposeCache, ComposedRun, ComposeFailed, turned_off
+from sim.startup.compose_cache import ComposeCache, ComposedRun, ComposeFailed, turned_off
 from sim.errors import ConfigError
 
 # far beyond what composing takes on a loaded machine (a second or two): a child silent this

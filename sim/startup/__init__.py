@@ -1,8 +1,14 @@
-"""What a run does before its first event, beside composing its config: the garbage
-collector paused (``STARTUP``, a ``StartupPause``), and the modules the run needs imported
-while a child composes (``import_until_checked``, ``sim.config.compose_ahead``).
+"""What a run does before its first event: the collector paused, the config composed once.
+
+- ``compose_cache``: a single run's composed config kept on disk, so the same command run
+  again needs neither Hydra nor the override check;
+- ``compose_ahead``: a command's config composed in a forked child, beside the run's imports;
+- here: the garbage collector paused while a run starts (``STARTUP``, a ``StartupPause``), and
+  the modules the run needs imported while the child composes (``import_until_checked``).
 
 Measured by ``benchmarks/bench_startup.py``.
+
+May import: the basics, ``sim.config.compose`` (the override check, ``to_dict``) and Hydra.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sim.config.compose_ahead import ComposeAhead
+    from sim.startup.compose_ahead import ComposeAhead
 
 
 class StartupPause:

@@ -1,4 +1,4 @@
-"""Composing in a forked child while the run imports (``sim.config.compose_ahead``).
+"""Composing in a forked child while the run imports (``sim.startup.compose_ahead``).
 
 Whether the child composes or the run's own process does, a command must give the same files,
 the same summary and the same refusals in the same order; a child that fails in any way must
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import sim.startup
-from sim.config.compose_ahead import _worth_forking
-from tests.config.test_compose_cache import TINY, run_files
+from sim.startup.compose_ahead import _worth_forking
+from tests.startup.test_compose_cache import TINY, run_files
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and hasattr(os, "fork")), reason="forks on Linux only"
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
 PROBE = """
 import os, sys
 import sim.cli
-import sim.config.compose_ahead as ahead
+import sim.startup.compose_ahead as ahead
 if os.environ["FLEETCAST_COMPOSE_AHEAD"] == "1":
     ahead._worth_forking = lambda: True
 seen = {{}}
@@ -226,7 +226,7 @@ def test_a_caller_that_ignores_sigchld_still_gets_its_run(tmp_path):
 
 
 def test_no_child_where_it_is_turned_off_or_threads_run(monkeypatch):
-    probe = "from sim.config.compose_ahead import _worth_forking; print(_worth_forking())"
+    probe = "from sim.startup.compose_ahead import _worth_forking; print(_worth_forking())"
     env = dict(os.environ, FLEETCAST_COMPOSE_AHEAD="1")
     fresh = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
@@ -247,7 +247,7 @@ def test_no_child_where_it_is_turned_off_or_threads_run(monkeypatch):
 
 def test_the_command_called_in_process_never_forks(tmp_path, monkeypatch):
     # main(argv), from a notebook or a test, is not the process's own command line
-    import sim.config.compose_ahead as compose_ahead
+    import sim.startup.compose_ahead as compose_ahead
     from sim.cli import main
 
     def refuse(_cache):
