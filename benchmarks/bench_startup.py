@@ -17,7 +17,8 @@ end. Two cases, each with every start-up piece on and with one piece turned off:
 The pieces, each timed against its absence in the case it serves:
 
   compose cache     ``FLEETCAST_COMPOSE_CACHE=0`` (repeated run: composed again)
-  compose-ahead     ``FLEETCAST_COMPOSE_AHEAD=0`` (first run: composed in the run's process)
+  compose-ahead     ``FLEETCAST_COMPOSE_AHEAD=0`` (first run: composed in the run's process;
+                    removed on 2026-12-05, ``sim.startup``: timed for a ``--tree`` that has it)
   collector pause   the probe makes ``gc.disable`` and ``gc.freeze`` do nothing (both cases):
                     the collector runs through start-up as in any Python program
 

@@ -47,12 +47,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sim.errors import ConfigError, require
 from sim.resources import config_dir
-from sim.startup import STARTUP, import_until_checked, imported
+from sim.startup import STARTUP
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from sim.startup.compose_ahead import ComposeAhead
     from sim.startup.compose_cache import ComposeCache, ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
@@ -123,39 +122,30 @@ def _simulate_into(
     )
 
 
-def _single_run(
-    cache: ComposeCache, composed: ComposedRun | None, ahead: ComposeAhead | None
-) -> None:
+def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
     """One simulation, its config composed once (``composed``, where the same command was
-    composed before; else now, by Hydra, here or in the child ``ahead``).
+    composed before; else now, by Hydra).
 
     Hydra's own runner composes the config twice (once to learn the run mode) and sets up
     logging and a job runtime that a simulation does not use, a third of a second before the
     first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
     config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
     reads these run folders like any other. The same command run again reads its composed
-    config back from disk, without Hydra (``sim.startup.compose_cache``); a command not found
-    there is composed in a child, beside this process's imports, where it can be
-    (``sim.startup.compose_ahead``). Runs that ask Hydra for more (``hydra.*`` overrides,
-    flags) go through Hydra's runner.
+    config back from disk, without Hydra (``sim.startup.compose_cache``). Runs that ask Hydra
+    for more (``hydra.*`` overrides, flags) go through Hydra's runner.
     """
     from sim.config.compose import check_overrides
     from sim.startup.compose_cache import ComposeFailed
 
-    pending: list[str] = []
     try:
-        if ahead is not None:
-            pending = import_until_checked(ahead)
-        elif composed is None:  # (a command found in the cache passed these checks before)
+        if composed is None:  # (a command found in the cache passed these checks before)
             check_overrides(cache.overrides)
         _check_output_dir(cache.overrides)
     except ConfigError as err:
         _fail(err)
-    while pending and imported(pending.pop(0)):  # while the child composes
-        pass
     if composed is None:
         try:
-            composed = ahead.compose() if ahead is not None else cache.compose()
+            composed = cache.compose()
         except (ComposeFailed, ConfigError) as err:  # Hydra's refusal, an interpolation's
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -330,13 +320,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     STARTUP.begin(freeze=as_command)
     try:
-        _command(argv, as_command)
+        _command(argv)
     finally:
         STARTUP.release()
 
 
-def _command(argv: list[str], as_command: bool = False) -> None:
-    """Run the command ``argv``; ``as_command``: it is this process's own command line."""
+def _command(argv: list[str]) -> None:
+    """Run the command ``argv``."""
     from sim.config.compose import HYDRA_OVERRIDE, check_overrides
     from sim.startup.compose_cache import ComposeCache
 
@@ -388,19 +378,7 @@ def _command(argv: list[str], as_command: bool = False) -> None:
     single = command == "run" and not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv)
     if single:
         cache = ComposeCache(argv)
-        composed = cache.read()
-        ahead = None
-        if as_command and composed is None:
-            # The process's own run, never composed before: a child composes (where a second
-            # core may run it) while this process imports what the run needs.
-            from sim.startup.compose_ahead import ComposeAhead
-
-            ahead = ComposeAhead.start(cache)
-        try:
-            _single_run(cache, composed, ahead)
-        finally:
-            if ahead is not None:
-                ahead.close()
+        _single_run(cache, cache.read())
         return
     try:
         check_overrides([a for a in argv if not a.startswith("-")])

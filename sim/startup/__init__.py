@@ -1,12 +1,38 @@
-"""What a run does before its first event: the collector paused, the config composed once.
+"""What a run does before its first event, and the two pieces that make it shorter.
 
-- ``compose_cache``: a single run's composed config kept on disk, so the same command run
-  again needs neither Hydra nor the override check;
-- ``compose_ahead``: a command's config composed in a forked child, beside the run's imports;
-- here: the garbage collector paused while a run starts (``STARTUP``, a ``StartupPause``), and
-  the modules the run needs imported while the child composes (``import_until_checked``).
+The path of ``fleetcast [run] OVERRIDES`` (``python -m sim``), in order:
 
-Measured by ``benchmarks/bench_startup.py``.
+1. ``sim.cli`` is imported (with ``sim.errors``, ``sim.resources`` and this package: nothing
+   heavy) and ``main`` pauses the garbage collector (``STARTUP``, below);
+2. a single run (no flags, no ``hydra.*`` overrides) looks its command line up in the compose
+   cache (``compose_cache``). Found: its composed config is read back from a JSON file, and
+   neither Hydra nor the override check is imported. Not found: the overrides are checked
+   (``sim.config.compose.check_overrides``), then Hydra is imported and composes the ~30
+   config files;
+3. the output folder is checked, ``sim.run`` and what it needs are imported (numpy, pydantic,
+   pyarrow, SimPy, OmegaConf: about 250 ms), the collector is given back, frozen over what
+   start-up built, and ``sim.run.simulate`` builds the deployment, the workload and the
+   cluster, to the first simulated event;
+4. after the run's files, ``.hydra/`` is written and the composed config is kept in the cache
+   for the next run of the same command.
+
+Every other command (sweeps, plan, report, calibrate, ...) composes through Hydra as before:
+they run for long, or run many simulations, and neither piece matters to them.
+
+The pieces, each measured against its absence by ``benchmarks/bench_startup.py`` (default
+config, ``workload.num_requests=200``; 2026-12-05, a 2-core machine shared with other work,
+configurations alternated, best and median of 21 tries; required to stay: at least 10% of a
+run's start-up to its first event):
+
+- ``compose_cache`` (``FLEETCAST_COMPOSE_CACHE=0`` turns it off): a repeated run reaches its
+  first event in 347 ms against 614 ms without (267 ms, 77% of its start-up; 302 ms of CPU);
+- the collector pause (``StartupPause``, here): about 40 ms of CPU to the first event in a
+  first and a repeated run alike (11-12% of the start-up's CPU time; 43-47 ms on the best
+  wall-clock tries);
+- removed: composing in a forked child beside the run's imports (``FLEETCAST_COMPOSE_AHEAD``,
+  now ignored). Measured the same way it cost a first run 51 ms (589 ms against 538 ms in
+  the run's own process): it needs an idle second core, and its ~177 ms of parallel work came
+  back only on one, while it always added ~40 ms of CPU (the fork, the pickled config).
 
 May import: the basics, ``sim.config.compose`` (the override check, ``to_dict``) and Hydra.
 """
@@ -14,11 +40,6 @@ May import: the basics, ``sim.config.compose`` (the override check, ``to_dict``)
 from __future__ import annotations
 
 import gc
-import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.startup.compose_ahead import ComposeAhead
 
 
 class StartupPause:
@@ -26,7 +47,7 @@ class StartupPause:
 
     Before its first event a run imports its modules and Hydra composes its config: about
     110,000 tracked objects, few of them garbage, over which the collector would make a dozen
-    passes (about 20 ms of the half second to the first event, ``benchmarks/bench_startup.py``).
+    passes (about 40 ms of CPU, measured above).
     ``begin`` pauses it; ``end`` (before the simulation) gives it back as it was. As the command
     (``freeze``: the process ends with the run), ``end`` first freezes what start-up built, so
     that the collector does not walk it again either; the ~10,000 objects of start-up garbage
@@ -64,40 +85,3 @@ class StartupPause:
 
 
 STARTUP = StartupPause()
-
-
-# What a simulation imports, in the order that brings the most with each (OmegaConf, numpy,
-# pyarrow, SimPy, pydantic's models, then the simulator itself)
-RUN_MODULES = (
-    "omegaconf",
-    "numpy",
-    "pyarrow",
-    "simpy",
-    "sim.config.schema",
-    "sim.run",
-    "sim.output.run_files",
-    "sim.output.summary_table",
-)
-
-
-def import_until_checked(ahead: ComposeAhead) -> list[str]:
-    """Import what the run needs (``RUN_MODULES``) until the child ``ahead`` has answered the
-    override check, and raise its refusal (as soon as it comes, between two imports). The
-    modules left to import, while the child composes."""
-    pending = list(RUN_MODULES)
-    while pending and not ahead.answered():
-        if not imported(pending.pop(0)):
-            pending = []
-    ahead.check()
-    return pending
-
-
-def imported(module: str) -> bool:
-    """Import ``module`` ahead of need; False where it cannot be (a broken install, an edited
-    checkout that does not import: reported where the run imports it, after the checks of
-    its input)."""
-    try:
-        importlib.import_module(module)
-    except Exception:
-        return False
-    return True

@@ -58,9 +58,8 @@ class ComposedRun:
     ``.hydra/config.yaml`` and ``hydra.yaml``.
 
     ``texts`` is the texts (read back from the cache), or what gives them when first asked
-    (composed by Hydra, here or in ``sim.startup.compose_ahead``): writing them is left until
-    the run has started. ``to_json`` gives the config as composed, even where the run has since
-    changed its copy.
+    (composed by Hydra): writing them is left until the run has written its files.
+    ``to_json`` gives the config as composed, even where the run has since changed its copy.
     """
 
     def __init__(
