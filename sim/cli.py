@@ -45,14 +45,23 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sim.config.compose import (
+    HYDRA_OVERRIDE,
+    check_overrides,
+    compose_config,
+    to_dict,
+    unresolvable_error,
+)
 from sim.errors import ConfigError, require
+from sim.output.summary_table import format_summary
 from sim.resources import config_dir
 from sim.startup import STARTUP
+from sim.startup.compose_cache import ComposeCache, ComposeFailed
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from sim.startup.compose_cache import ComposeCache, ComposedRun
+    from sim.startup.compose_cache import ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
@@ -77,6 +86,7 @@ def _fail(err: ConfigError) -> NoReturn:
 
 
 def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
+    # imported here: Hydra (~120 ms of CPU), only for runs through its runner
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -84,7 +94,7 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
     runtime = hydra_cfg.runtime
     if str(hydra_cfg.sweeper.get("_target_", "")).endswith(".FleetcastPlanSweeper"):
         # a simulation of `fleetcast plan`: its summary goes back to the plan
-        from sim.config.compose import to_dict
+        # imported here: the simulator (~290 ms of CPU), only for a plan's jobs
         from sim.plan.runs import simulate_job
 
         return simulate_job(to_dict(cfg), Path(runtime.output_dir))
@@ -103,8 +113,8 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
 def _simulate_into(
     cfg: DictConfig | dict[str, Any], output_dir: Path, choices: dict[str, Any]
 ) -> None:
+    # imported here: the simulator (~290 ms of CPU), never needed by --help, report, compare
     from sim.output.run_files import SUMMARY_FILE, remove_temporaries
-    from sim.output.summary_table import format_summary
     from sim.run import simulate
 
     STARTUP.end()
@@ -134,9 +144,6 @@ def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
     config back from disk, without Hydra (``sim.startup.compose_cache``). Runs that ask Hydra
     for more (``hydra.*`` overrides, flags) go through Hydra's runner.
     """
-    from sim.config.compose import check_overrides
-    from sim.startup.compose_cache import ComposeFailed
-
     try:
         if composed is None:  # (a command found in the cache passed these checks before)
             check_overrides(cache.overrides)
@@ -156,6 +163,7 @@ def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
         _simulate_into(composed.config, output_dir, composed.choices)
     except ConfigError as err:
         _fail(err)
+    # imported here: OmegaConf (~56 ms of CPU), never needed by --help or report
     from omegaconf import OmegaConf
 
     record = output_dir / ".hydra"
@@ -199,7 +207,7 @@ def _check_folder(given: str) -> None:
 def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
     """One job of a sweep: skipped when its folder already holds this exact run (resume); a
     bad configuration is recorded in error.txt and does not stop the other jobs."""
-    from sim.config.compose import to_dict
+    # imported here: run folders, with OmegaConf (~50 ms of CPU), only for a sweep's jobs
     from sim.output.run_files import ERROR_FILE
     from sim.sweeps.resume import job_status
 
@@ -244,10 +252,9 @@ def _absolute_folder(given: str) -> str:
     config (``${oc.env:SCRATCH}/sweep``, which may be absolute itself); one that refers to the
     config (``runs/${seed}``) is left for Hydra to resolve, against the caller's directory."""
     if "${" in given:
+        # imported here: OmegaConf (~56 ms of CPU), never needed by --help or report
         from omegaconf import OmegaConf
         from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
-
-        from sim.config.compose import unresolvable_error
 
         alone = OmegaConf.create({"output_dir": given})
         try:
@@ -260,9 +267,9 @@ def _absolute_folder(given: str) -> str:
 
 
 def _memory(overrides: list[str]) -> None:
+    # imported here: the schema and the catalog (~90 ms of CPU), for this command only
     from sim.catalog.deployment import build_deployment
     from sim.catalog.memory import format_plan
-    from sim.config.compose import compose_config
     from sim.config.schema import DeploymentConfig
 
     cfg = compose_config(overrides)
@@ -288,7 +295,7 @@ def _memory(overrides: list[str]) -> None:
 def _bench(argv: list[str]) -> int:
     """``fleetcast bench``: run ``workload=bench`` from the harness flags and print the
     harness's report (``sim.harness.bench``)."""
-    from sim.config.compose import check_overrides, compose_config
+    # imported here: the harness and the simulator (~290 ms of CPU), for this command only
     from sim.harness.bench import overrides_from, parser, report
     from sim.harness.simulated import read_run
     from sim.run import simulate
@@ -327,19 +334,18 @@ def main(argv: list[str] | None = None) -> None:
 
 def _command(argv: list[str]) -> None:
     """Run the command ``argv``."""
-    from sim.config.compose import HYDRA_OVERRIDE, check_overrides
-    from sim.startup.compose_cache import ComposeCache
-
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     if command == "collect":
+        # imported here: this command's modules, for it only (~160 ms of CPU)
         from sim.sweeps.collect import main as collect_main
 
         sys.exit(collect_main(argv))
     if command == "calibrate":
         try:
+            # imported here: this command's modules, for it only (~460 ms of CPU; extras)
             from sim.calibration.calibrate import main as calibrate_main
 
             sys.exit(calibrate_main(argv))
@@ -353,24 +359,29 @@ def _command(argv: list[str]) -> None:
             )
             sys.exit(2)
     if command == "plan":
+        # imported here: this command's modules, for it only (~200 ms of CPU)
         from sim.plan.planner import main as plan_main
 
         sys.exit(plan_main(argv, run_hydra))
     if command == "report":
+        # imported here: this command's modules, for it only (~10 ms of CPU; its figures' ~590 ms)
         from sim.report.command import main as report_main
 
         sys.exit(report_main(argv))
     if command == "profile":
+        # imported here: this command's modules, for it only (~100 ms of CPU)
         from sim.calibration.profiler import main as profile_main
 
         sys.exit(profile_main(argv))
     if command == "model":
+        # imported here: this command's modules, for it only (~10 ms of CPU)
         from sim.catalog.model_import import main as model_main
 
         sys.exit(model_main(argv))
     if command == "bench":
         sys.exit(_bench(argv))
     if command == "compare":
+        # imported here: this command's modules, for it only (~170 ms of CPU)
         from sim.harness.compare import main as compare_main
 
         sys.exit(compare_main(argv))
@@ -396,6 +407,7 @@ def _command(argv: list[str]) -> None:
 def run_hydra(argv: list[str]) -> None:
     """Run Hydra's runner (one run, or a multirun with ``-m``) on the command line ``argv``,
     each job's task ``_run_task``."""
+    # imported here: Hydra (~120 ms of CPU), only for runs through its runner
     import hydra
 
     saved = sys.argv

@@ -17,12 +17,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from omegaconf import OmegaConf
-
-if TYPE_CHECKING:  # pyarrow is imported where a table is written, not before a run
-    import pyarrow as pa
 
 CONFIG_FILE = "config.yaml"
 REQUESTS_FILE = "requests.parquet"
@@ -106,8 +105,6 @@ class RunFolder:
 def write_run(result: RunResult, output_dir: str | Path) -> Path:
     """Write the four files of a run held in memory. ``summary.json`` goes last: its presence
     marks a finished run, and a run that fails before it leaves no summary."""
-    import pyarrow.parquet as pq
-
     assert result.requests is not None and result.steps is not None, "already written"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from sim.errors import ConfigError, require
 from sim.resources import resolve_path
 from sim.workload.source import Workload
+from sim.workload.traces import is_csv
 
 HASH_COLUMN = "hash_ids"
 
@@ -110,10 +112,6 @@ def with_hash_ids(workload: Workload, hash_block_tokens: int | None) -> Workload
     or a trace without the column, has none: nothing in it is shared)."""
     if workload.trace_file is None:
         return workload
-    import pyarrow.parquet as pq
-
-    from sim.workload.traces import is_csv
-
     field = "workload.path"
     path = resolve_path(workload.trace_file, field)
     if is_csv(Path(path)):
