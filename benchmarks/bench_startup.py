@@ -20,7 +20,8 @@ The pieces, each timed against its absence in the case it serves:
   compose-ahead     ``FLEETCAST_COMPOSE_AHEAD=0`` (first run: composed in the run's process;
                     removed on 2026-12-05, ``sim.startup``: timed for a ``--tree`` that has it)
   collector pause   the probe makes ``gc.disable`` and ``gc.freeze`` do nothing (both cases):
-                    the collector runs through start-up as in any Python program
+                    the collector runs through start-up as in any Python program (the pause
+                    was removed on 2026-12-05: timed for a ``--tree`` that has it)
 
 All configurations are tried in turn, ``--repeat`` rounds, so that each sees the same machine;
 for each the best, median and worst of its tries are printed (the machine's noise only ever
@@ -278,11 +279,11 @@ def print_tree(name: str, tries: dict[Configuration, list[Try]], margin: float) 
         "CPU to exit": lambda run: run.cpu_s,
     }
     print(f"\n{name}")
-    print(f"  {'configuration':<{width}}" + "".join(f"{m:>20}" for m in measures))
+    print(f"  {'configuration':<{width}}" + "".join(f"{m:>22}" for m in measures))
     for config in CONFIGURATIONS:
         runs = tries[config]
         figures = [spread([measure(run) for run in runs]) for measure in measures.values()]
-        print(f"  {config.label:<{width}}" + "".join(f"{f:>20}" for f in figures))
+        print(f"  {config.label:<{width}}" + "".join(f"{f:>22}" for f in figures))
     print(
         f"\n  what each piece saves: its absence less its presence (ms); it pays where the best "
         f"and the median to the first event both save >= {margin:g}% of the start-up"
