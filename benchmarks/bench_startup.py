@@ -20,8 +20,7 @@ The pieces, each timed against its absence in the case it serves:
   compose-ahead     ``FLEETCAST_COMPOSE_AHEAD=0`` (first run: composed in the run's process;
                     removed on 2026-12-05, ``sim.startup``: timed for a ``--tree`` that has it)
   collector pause   the probe makes ``gc.disable`` and ``gc.freeze`` do nothing (both cases):
-                    the collector runs through start-up as in any Python program (the pause
-                    was removed on 2026-12-05: timed for a ``--tree`` that has it)
+                    the collector runs through start-up as in any Python program
 
 All configurations are tried in turn, ``--repeat`` rounds, so that each sees the same machine;
 for each the best, median and worst of its tries are printed (the machine's noise only ever

@@ -55,6 +55,7 @@ from sim.config.compose import (
 from sim.errors import ConfigError, require
 from sim.output.summary_table import format_summary
 from sim.resources import config_dir
+from sim.startup import STARTUP
 from sim.startup.compose_cache import ComposeCache, ComposeFailed
 
 if TYPE_CHECKING:
@@ -115,6 +116,8 @@ def _simulate_into(
     # imported here: the simulator (~290 ms of CPU), never needed by --help, report, compare
     from sim.output.run_files import SUMMARY_FILE, remove_temporaries
     from sim.run import simulate
+
+    STARTUP.end()
 
     # A failed run must not leave an older run's summary looking like its own, nor the
     # temporary files of a run killed while writing.
@@ -316,7 +319,17 @@ def _bench(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    _command(list(sys.argv[1:] if argv is None else argv))
+    as_command = argv is None  # the process's own command line: it ends with the run
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else "run"
+    if command not in ("run", "memory"):  # commands that run for long, or run many
+        _command(argv)
+        return
+    STARTUP.begin(freeze=as_command)
+    try:
+        _command(argv)
+    finally:
+        STARTUP.release()
 
 
 def _command(argv: list[str]) -> None:
@@ -387,6 +400,7 @@ def _command(argv: list[str]) -> None:
     if command == "memory":
         _memory(argv)
         return
+    STARTUP.end()  # a sweep's launcher and monitor run for as long as the sweep
     run_hydra(argv + folders)
 
 

@@ -45,7 +45,7 @@ def config_dir() -> Path:
 def yaml_loader() -> Any:
     """PyYAML's C parser where PyYAML was built with libyaml (a shipped config file in well
     under a millisecond; the pure-Python parser, which OmegaConf uses, takes a few)."""
-    # imported here: PyYAML (~12 ms of CPU), which sim.cli (importing this) and --help need not
+    # imported here: PyYAML (~12 ms of CPU): not for --help, nor before the collector pause
     import yaml
 
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -56,7 +56,7 @@ def config_file(relative: str) -> Any:
     """A shipped config file (``config.yaml``, ``sim/default.yaml``) as plain data, read once:
     for looking its keys up, not for composing (no interpolation, YAML 1.1 scalars). Shared:
     not to be changed."""
-    # imported here: PyYAML (~12 ms of CPU), which sim.cli (importing this) and --help need not
+    # imported here: PyYAML (~12 ms of CPU): not for --help, nor before the collector pause
     import yaml
 
     return yaml.load((config_dir() / relative).read_text(), Loader=yaml_loader())

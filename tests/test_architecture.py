@@ -25,8 +25,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "arrow_numpy": set(),
     "signature": set(),  # a class's constructor, compiled or not (sim.config.build, the roofline)
     "resources": {"errors"},
-    # before a run's first event: the composed config kept for the same command (its key
-    # covers config.compose, the override check)
+    # before a run's first event: the collector paused, the composed config kept for the same
+    # command (its key covers config.compose, the override check)
     "startup": BASICS | {"config.compose"},
     "config": BASICS,
     "catalog": BASICS | {"config"},

@@ -174,3 +174,53 @@ def test_calibrate_without_its_extra_says_what_to_install(tmp_path, missing):
         f"error: fleetcast calibrate needs {missing}: pip install 'fleetcast[calibrate]'"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_collector_is_paused_while_a_run_starts_and_given_back_as_it_was(tmp_path, monkeypatch):
+    import gc
+
+    import sim.run
+    from sim.cli import STARTUP, main
+
+    seen = []
+    real_simulate = sim.run.simulate
+
+    def simulate(*args, **kwargs):
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return real_simulate(*args, **kwargs)
+
+    monkeypatch.setattr(sim.run, "simulate", simulate)
+    run = ["workload.num_requests=5", "sim.progress=false", f"output_dir={tmp_path / 'run'}"]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    # as the command (its own argv): start-up frozen during the run, unfrozen after
+    monkeypatch.setattr(sys, "argv", ["fleetcast", *run])
+    main()
+    assert seen[-1][0] and seen[-1][1] > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    # called in-process with an argv: paused, never frozen (its garbage stays collectable)
+    main(run)
+    assert seen[-1] == (True, 0)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with pytest.raises(SystemExit):  # a refused run gives it back too
+        main(["fleet.replicas=0", f"output_dir={tmp_path / 'bad'}"])
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and not STARTUP.paused
+
+    gc.disable()  # a caller that runs without the collector keeps it off
+    try:
+        STARTUP.begin(freeze=True)
+        STARTUP.begin()  # twice: still gives back what the first found
+        STARTUP.end()
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        STARTUP.release()
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    gc.freeze()  # a process that froze objects of its own keeps them frozen
+    try:
+        frozen = gc.get_freeze_count()
+        STARTUP.begin(freeze=True)
+        STARTUP.end()
+        STARTUP.release()
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
