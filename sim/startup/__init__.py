@@ -21,20 +21,21 @@ Every other command (sweeps, plan, report, calibrate, ...) composes through Hydr
 pause: they run for long, or run many simulations, and neither piece matters to them.
 
 Each piece was measured against its absence by ``benchmarks/bench_startup.py`` (default
-config, ``workload.num_requests=200``; 2026-12-05, three invocations on a 2-core machine shared
-with other work, so configurations alternated, 21 tries each). Required to stay, stated before
-measuring: a saving of at least 10% of a run's start-up to its first event.
+config, ``workload.num_requests=200``; 2026-12-05, four invocations on a 2-core machine shared
+with other work, so configurations alternated, 21 tries each; two configurations that run the
+same code differed by up to 61 ms on the best tries: the noise). Required to stay, stated
+before measuring: a saving of at least 10% of a run's start-up to its first event.
 
-- ``compose_cache`` (``FLEETCAST_COMPOSE_CACHE=0`` turns it off): a repeated run reaches its
-  first event 146-279 ms sooner on the best tries (45-80% of its start-up; 351 ms against
-  630 ms in the last invocation), 225-302 ms less CPU;
-- the collector pause (``StartupPause``, here): 36-53 ms less CPU to a repeated run's first
-  event in every invocation (10-15%), 3-14% of its start-up on the best tries: at the margin,
-  kept;
+- ``compose_cache`` (``FLEETCAST_COMPOSE_CACHE=0`` turns it off): 225-302 ms less CPU to a
+  repeated run's exit in every measurement; on the best tries its first event 146-279 ms
+  sooner (45-80% of its start-up) in all but one (27 ms);
+- the collector pause (``StartupPause``, here): 36-54 ms less CPU to a repeated run's first
+  event in every measurement (10-15%), -2% to 14% of its start-up on the best tries: at the
+  margin, kept;
 - removed, composing in a forked child beside the run's imports (``FLEETCAST_COMPOSE_AHEAD``,
-  now ignored): it needs an idle second core; on the best tries it saved 106 ms once and cost
-  51-64 ms twice, on the medians it cost 200-250 ms each time, and it always added 40-90 ms
-  of CPU (the fork, the pickled config).
+  now ignored): it needs an idle second core; on the best tries it saved 89-106 ms twice and
+  cost 51-64 ms twice, on the medians it cost 160-250 ms each time, and it always added
+  40-90 ms of CPU (the fork, the pickled config).
 
 May import: the basics, ``sim.config.compose`` (the override check, ``to_dict``) and Hydra.
 """
