@@ -51,15 +51,23 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sim.config.compose import (
+    HYDRA_OVERRIDE,
+    check_overrides,
+    compose_config,
+    to_dict,
+    unresolvable_error,
+)
 from sim.errors import ConfigError, require
+from sim.output.summary_table import format_summary
 from sim.resources import config_dir
-from sim.startup import STARTUP, import_until_checked, imported
+from sim.startup import STARTUP
+from sim.startup.compose_cache import ComposeCache, ComposeFailed
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from sim.config.compose_ahead import ComposeAhead
-    from sim.config.compose_cache import ComposeCache, ComposedRun
+    from sim.startup.compose_cache import ComposedRun
 
 # what `pip install 'fleetcast[calibrate]'` adds (pyproject.toml)
 CALIBRATE_EXTRA = ("scipy", "pandas")
@@ -112,6 +120,7 @@ def _fail(err: ConfigError) -> NoReturn:
 
 
 def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
+    # imported here: Hydra (~120 ms of CPU), only for runs through its runner
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -119,7 +128,7 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
     runtime = hydra_cfg.runtime
     if str(hydra_cfg.sweeper.get("_target_", "")).endswith(".FleetcastPlanSweeper"):
         # a simulation of `fleetcast plan`: its summary goes back to the plan
-        from sim.config.compose import to_dict
+        # imported here: the simulator (~290 ms of CPU), only for a plan's jobs
         from sim.plan.runs import simulate_job
 
         return simulate_job(to_dict(cfg), Path(runtime.output_dir))
@@ -138,7 +147,7 @@ def _run_task(cfg: DictConfig) -> dict[str, Any] | None:
 def _simulate_into(
     cfg: DictConfig | dict[str, Any], output_dir: Path, choices: dict[str, Any]
 ) -> None:
-    from sim.output.summary_table import format_summary
+    # imported here: the simulator (~290 ms of CPU), never needed by --help, report, compare
     from sim.run import simulate
 
     STARTUP.end()
@@ -153,39 +162,27 @@ def _simulate_into(
     )
 
 
-def _single_run(
-    cache: ComposeCache, composed: ComposedRun | None, ahead: ComposeAhead | None
-) -> None:
+def _single_run(cache: ComposeCache, composed: ComposedRun | None) -> None:
     """One simulation, its config composed once (``composed``, where the same command was
-    composed before; else now, by Hydra, here or in the child ``ahead``).
+    composed before; else now, by Hydra).
 
     Hydra's own runner composes the config twice (once to learn the run mode) and sets up
     logging and a job runtime that a simulation does not use, a third of a second before the
     first event. This path composes once, and records what Hydra would in ``.hydra/`` (the job's
     config, the Hydra config with the group choices, the overrides), so ``fleetcast collect``
     reads these run folders like any other. The same command run again reads its composed
-    config back from disk, without Hydra (``sim.config.compose_cache``); a command not found
-    there is composed in a child, beside this process's imports, where it can be
-    (``sim.config.compose_ahead``). Runs that ask Hydra for more (``hydra.*`` overrides,
-    flags) go through Hydra's runner.
+    config back from disk, without Hydra (``sim.startup.compose_cache``). Runs that ask Hydra
+    for more (``hydra.*`` overrides, flags) go through Hydra's runner.
     """
-    from sim.config.compose import check_overrides
-    from sim.config.compose_cache import ComposeFailed
-
-    pending: list[str] = []
     try:
-        if ahead is not None:
-            pending = import_until_checked(ahead)
-        elif composed is None:  # (a command found in the cache passed these checks before)
+        if composed is None:  # (a command found in the cache passed these checks before)
             check_overrides(cache.overrides)
         _check_output_dir(cache.overrides)
     except ConfigError as err:
         _fail(err)
-    while pending and imported(pending.pop(0)):  # while the child composes
-        pass
     if composed is None:
         try:
-            composed = ahead.compose() if ahead is not None else cache.compose()
+            composed = cache.compose()
         except (ComposeFailed, ConfigError) as err:  # Hydra's refusal, an interpolation's
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
@@ -196,6 +193,7 @@ def _single_run(
         _simulate_into(composed.config, output_dir, composed.choices)
     except ConfigError as err:
         _fail(err)
+    # imported here: OmegaConf (~56 ms of CPU), never needed by --help or report
     from omegaconf import OmegaConf
 
     record = output_dir / ".hydra"
@@ -239,7 +237,7 @@ def _check_folder(given: str) -> None:
 def _sweep_job(cfg: DictConfig, job_dir: Path, choices: dict[str, Any]) -> None:
     """One job of a sweep: skipped when its folder already holds this exact run (resume); a
     bad configuration is recorded in error.txt and does not stop the other jobs."""
-    from sim.config.compose import to_dict
+    # imported here: run folders, with OmegaConf (~50 ms of CPU), only for a sweep's jobs
     from sim.output.run_files import ERROR_FILE
     from sim.sweeps.resume import job_status
 
@@ -284,10 +282,9 @@ def _absolute_folder(given: str) -> str:
     config (``${oc.env:SCRATCH}/sweep``, which may be absolute itself); one that refers to the
     config (``runs/${seed}``) is left for Hydra to resolve, against the caller's directory."""
     if "${" in given:
+        # imported here: OmegaConf (~56 ms of CPU), never needed by --help or report
         from omegaconf import OmegaConf
         from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
-
-        from sim.config.compose import unresolvable_error
 
         alone = OmegaConf.create({"output_dir": given})
         try:
@@ -300,9 +297,9 @@ def _absolute_folder(given: str) -> str:
 
 
 def _memory(overrides: list[str]) -> None:
+    # imported here: the schema and the catalog (~90 ms of CPU), for this command only
     from sim.catalog.deployment import build_deployment
     from sim.catalog.memory import format_plan
-    from sim.config.compose import compose_config
     from sim.config.schema import DeploymentConfig
 
     cfg = compose_config(overrides)
@@ -328,7 +325,7 @@ def _memory(overrides: list[str]) -> None:
 def _bench(argv: list[str]) -> int:
     """``fleetcast bench``: run ``workload=bench`` from the harness flags and print the
     harness's report (``sim.harness.bench``)."""
-    from sim.config.compose import check_overrides, compose_config
+    # imported here: the harness and the simulator (~290 ms of CPU), for this command only
     from sim.harness.bench import overrides_from, parser, report
     from sim.harness.simulated import read_run
     from sim.run import simulate
@@ -366,23 +363,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     STARTUP.begin(freeze=as_command)
     try:
-        _command(argv, as_command)
+        _command(argv)
     finally:
         STARTUP.release()
 
 
-def _command(argv: list[str], as_command: bool = False) -> None:
-    """Run the command ``argv``; ``as_command``: it is this process's own command line."""
-    from sim.config.compose import HYDRA_OVERRIDE, check_overrides
-    from sim.config.compose_cache import ComposeCache
-
+def _command(argv: list[str]) -> None:
+    """Run the command ``argv``."""
     command = argv.pop(0) if argv and argv[0] in COMMANDS else "run"
     if command == "collect":
+        # imported here: this command's modules, for it only (~160 ms of CPU)
         from sim.sweeps.collect import main as collect_main
 
         sys.exit(collect_main(argv))
     if command == "calibrate":
         try:
+            # imported here: this command's modules, for it only (~460 ms of CPU; extras)
             from sim.calibration.calibrate import main as calibrate_main
 
             sys.exit(calibrate_main(argv))
@@ -396,24 +392,29 @@ def _command(argv: list[str], as_command: bool = False) -> None:
             )
             sys.exit(2)
     if command == "plan":
+        # imported here: this command's modules, for it only (~200 ms of CPU)
         from sim.plan.planner import main as plan_main
 
         sys.exit(plan_main(argv, run_hydra))
     if command == "report":
+        # imported here: this command's modules, for it only (~10 ms of CPU; its figures' ~590 ms)
         from sim.report.command import main as report_main
 
         sys.exit(report_main(argv))
     if command == "profile":
+        # imported here: this command's modules, for it only (~100 ms of CPU)
         from sim.calibration.profiler import main as profile_main
 
         sys.exit(profile_main(argv))
     if command == "model":
+        # imported here: this command's modules, for it only (~10 ms of CPU)
         from sim.catalog.model_import import main as model_main
 
         sys.exit(model_main(argv))
     if command == "bench":
         sys.exit(_bench(argv))
     if command == "compare":
+        # imported here: this command's modules, for it only (~170 ms of CPU)
         from sim.harness.compare import main as compare_main
 
         sys.exit(compare_main(argv))
@@ -421,19 +422,7 @@ def _command(argv: list[str], as_command: bool = False) -> None:
     single = command == "run" and not any(a.startswith(("-", *HYDRA_OVERRIDE)) for a in argv)
     if single:
         cache = ComposeCache(argv)
-        composed = cache.read()
-        ahead = None
-        if as_command and composed is None:
-            # The process's own run, never composed before: a child composes (where a second
-            # core may run it) while this process imports what the run needs.
-            from sim.config.compose_ahead import ComposeAhead
-
-            ahead = ComposeAhead.start(cache)
-        try:
-            _single_run(cache, composed, ahead)
-        finally:
-            if ahead is not None:
-                ahead.close()
+        _single_run(cache, cache.read())
         return
     try:
         check_overrides(_overrides(argv))
@@ -551,6 +540,7 @@ def _check_command(first: str | None) -> None:
 def run_hydra(argv: list[str]) -> None:
     """Run Hydra's runner (one run, or a multirun with ``-m``) on the command line ``argv``,
     each job's task ``_run_task``."""
+    # imported here: Hydra (~120 ms of CPU), only for runs through its runner
     import hydra
 
     saved = sys.argv

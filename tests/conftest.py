@@ -48,8 +48,9 @@ _CACHE_FOLDER = pytest.StashKey[tuple[str, "str | None"]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     # Runs composed in the suite (in process and in the subprocesses it starts) keep their
-    # configs in a folder of the suite's own, not in the user's ~/.cache (sim.config.compose_cache);
-    # each test has its own (own_compose_cache), this one is for session fixtures
+    # configs in a folder of the suite's own, not in the user's ~/.cache
+    # (sim.startup.compose_cache); each test has its own (own_compose_cache), this one is for
+    # session fixtures
     folder = tempfile.mkdtemp(prefix="fleetcast-test-cache-")
     config.stash[_CACHE_FOLDER] = (folder, os.environ.get("FLEETCAST_CACHE_DIR"))
     os.environ["FLEETCAST_CACHE_DIR"] = folder

@@ -27,9 +27,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "arrow_numpy": set(),
     "signature": set(),  # a class's constructor, compiled or not (sim.config.build, the roofline)
     "resources": {"errors"},
-    # before a run's first event: the collector paused, the run's modules imported (by name)
-    # while the child of config.compose_ahead composes
-    "startup": {"config.compose_ahead"},
+    # before a run's first event: the collector paused, the composed config kept for the same
+    # command (its key covers config.compose, the override check)
+    "startup": BASICS | {"config.compose"},
     "config": BASICS,
     "catalog": BASICS | {"config"},
     "workload": BASICS | {"config"},
@@ -91,7 +91,7 @@ ONLY_IN = {
     "torch": {"calibration"},
     "scipy": {"calibration"},
     "pandas": {"calibration", "report"},
-    "hydra": {"config", "sweeps", "cli"},
+    "hydra": {"config", "sweeps", "cli", "startup"},
     "seaborn": {"report"},
     "matplotlib": {"report"},
 }

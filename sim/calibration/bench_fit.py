@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from sim.calibration.bench_runs import (
     DEFAULT_HOLDOUT_EVERY,
@@ -59,11 +60,14 @@ from sim.calibration.bench_runs import (
     prepare,
     simulated_figures,
 )
-from sim.engine.step_time.bench_profile import TERMS, BenchProfile
+from sim.catalog.placement import build_placement
+from sim.config.schema import validate_run
+from sim.engine.step_time.bench_profile import TERMS, BenchProfile, deployment_key
 from sim.errors import ConfigError, require
 from sim.harness.simulated import (
     from_table,
 )
+from sim.run import simulate
 
 OBSERVATION_SIGMA = 0.1  # log error that counts as one unit of the objective
 DEFAULT_MAX_EVALS = 80
@@ -166,8 +170,6 @@ def terms_at(
 
 
 def _simulate(cfg: dict[str, Any], terms: dict[str, float]) -> tuple[Any, dict]:
-    from sim.run import simulate
-
     cfg = {**cfg, "step_time": {**cfg["step_time"], **terms}}
     result = simulate(cfg)
     return result.requests, result.summary
@@ -230,6 +232,7 @@ def fit(
     on_evaluation: Callable[[int, float], None] | None = None,
 ) -> FitResult:
     """The terms that bring the fitted runs' TTFT and TPOT nearest the measured ones."""
+    # imported here: SciPy, the calibrate extra (~260 ms of CPU)
     from scipy.optimize import minimize
 
     require(max_evals >= 1, "calibrate.max_evals", max_evals, "must be >= 1")
@@ -318,10 +321,6 @@ def fit(
 
 
 def _deployments(runs: Sequence[BenchRun]) -> list[dict[str, str]]:
-    from sim.catalog.placement import build_placement
-    from sim.config.schema import validate_run
-    from sim.engine.step_time.bench_profile import deployment_key
-
     out: list[dict[str, str]] = []
     for run in runs:
         spec = validate_run(run.cfg)
@@ -372,8 +371,6 @@ def calibrate_bench(
         runs = prepare(files, overrides, Path(tmp), holdout_every)
         bar = None
         if progress:
-            from tqdm import tqdm
-
             bar = tqdm(total=max_evals, desc="fitting", unit="sim", file=sys.stderr, leave=False)
 
         def tick(count: int, loss: float) -> None:

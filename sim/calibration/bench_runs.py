@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from sim.calibration.fitting import sha256
+from sim.config.compose import check_overrides, compose_config
+from sim.config.schema import validate_run
 from sim.engine.step_time.bench_profile import TERMS
 from sim.errors import ConfigError, require
 from sim.harness.formats import read_benchmark
@@ -130,9 +132,6 @@ def _key(override: str) -> str:
 
 def _prepare_file(name: str, given: list[str], folder: Path) -> list[BenchRun]:
     """The runs of one benchmark file under the overrides ``given`` (module docstring)."""
-    from sim.config.compose import check_overrides, compose_config
-    from sim.config.schema import validate_run
-
     measured_runs = read_benchmark(name)  # a file that is not one: said first
     check_overrides(given)
     keys = [_key(o) for o in given]

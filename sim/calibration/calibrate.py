@@ -27,6 +27,7 @@ from sim.calibration.kernels import calibrate_kernels
 from sim.calibration.step_fit import STEP_COLUMNS, calibrate_steps
 from sim.catalog.hardware import GPU
 from sim.catalog.model import ModelSpec
+from sim.config.compose import check_overrides, compose_config
 from sim.engine.step_time.profile import Profile, profile_file_name, shipped_profile_dir
 from sim.errors import ConfigError, require
 
@@ -146,8 +147,6 @@ def main(argv: list[str]) -> int:
 
 
 def _deployment_parts(overrides: list[str]) -> tuple[ModelSpec, GPU, str, str]:
-    from sim.config.compose import check_overrides, compose_config
-
     check_overrides(overrides)
     cfg = compose_config(overrides)
     return (
@@ -235,6 +234,7 @@ def _is_override(word: str) -> bool:
 
 def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
     """``--bench``: fit, write the profile, print the terms and the error before and after."""
+    # imported here: the fit and the simulator (~75 ms of CPU more), for --bench only
     from sim.calibration.bench_fit import DEFAULT_MAX_EVALS, calibrate_bench
     from sim.calibration.bench_runs import DEFAULT_HOLDOUT_EVERY, REPORTED
 

@@ -82,6 +82,7 @@ from sim.calibration.profiler_model import (
     _torch,
 )
 from sim.catalog.model import ModelSpec
+from sim.config.compose import load_option
 from sim.engine.step_shape import STEP_SHAPE_COLUMNS, StepShape
 from sim.errors import ConfigError, require
 
@@ -348,8 +349,6 @@ def write_csv(rows: Sequence[dict], path: str | os.PathLike) -> Path:
 
 def load_model_spec(name: str) -> ModelSpec:
     """The catalog model ``configs/model/NAME.yaml``; ConfigError listing the choices if none."""
-    from sim.config.compose import load_option
-
     return ModelSpec.from_config(load_option("model", name, "model"))
 
 

@@ -34,6 +34,7 @@ class TorchMissing(RuntimeError):
 
 def _torch() -> ModuleType:
     try:
+        # imported here: PyTorch, the profile extra (~1 s of CPU)
         import torch
     except ImportError as err:
         raise TorchMissing(TORCH_MISSING) from err
@@ -134,6 +135,7 @@ class Decoder:
 
     def with_tokens(self, group: Group, tokens: Tensor, context: int) -> Group:
         """The same sequences and cache, now advancing by ``tokens`` after ``context`` cached."""
+        # imported here: PyTorch, the profile extra (~1 s of CPU)
         from torch.nn.attention.bias import causal_lower_right
 
         new = Group(tokens.to(self.device), context, group.cache)
@@ -149,6 +151,7 @@ class Decoder:
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, group: Group, layer: int) -> Tensor:
         """Write this group's new K/V into its cache and attend over the cached context."""
+        # imported here: PyTorch, the profile extra (~1 s of CPU)
         import torch.nn.functional as F
 
         spec = self.spec
@@ -183,6 +186,7 @@ class Decoder:
         """One step over all groups' tokens in one pass; logits [sequences, vocab] of each
         sequence's last token, in group order. GEMMs run on all tokens together."""
         torch = _torch()
+        # imported here: PyTorch, the profile extra (~1 s of CPU)
         import torch.nn.functional as F
 
         sizes = [g.tokens.numel() for g in groups]

@@ -1,9 +1,6 @@
 """Composing and checking configs: everything between the YAML files and the objects of a run.
 
 - ``compose``: the resolved config outside a Hydra run, group options, overrides checked first;
-- ``compose_cache``: a single run's composed config kept on disk, so the same command run
-  again needs neither Hydra nor the override check;
-- ``compose_ahead``: a command's config composed in a forked child, beside the run's imports;
 - ``schema``: every key of every group, its type and bounds (``RunConfig``), checked before a
   run is built;
 - ``workload_schema``: the ``workload`` group's shape: lengths and every kind of traffic (part

@@ -29,14 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
 from sim.errors import ConfigError
-
-if TYPE_CHECKING:  # pyarrow is imported where a table is written, not before a run
-    import pyarrow as pa
 
 CONFIG_FILE = "config.yaml"
 REQUESTS_FILE = "requests.parquet"
@@ -203,8 +202,6 @@ def write_run(result: RunResult, output_dir: str | Path) -> Path:
     earlier run removed): its four, and the fleet's own (an autoscaled fleet's
     ``scaling.parquet``). ``summary.json`` goes last: its presence marks a finished run, and a
     run that fails before it leaves no summary."""
-    import pyarrow.parquet as pq  # (Parquet's writer: not imported before a run writes)
-
     assert result.requests is not None and result.steps is not None, "already written"
     out = Path(output_dir)
     folder = RunFolder(out)

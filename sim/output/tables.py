@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sim.arrow_numpy import column_to_numpy
 
@@ -92,8 +93,8 @@ class MemorySink(TableSink):
 
 
 class ParquetSink(TableSink):
-    """Writes the table to ``path`` as it grows. The file is opened with its first row group
-    (pyarrow's Parquet module is not imported before a run needs it)."""
+    """Writes the table to ``path`` as it grows. The file is opened with its first row
+    group."""
 
     def __init__(self, schema: pa.Schema, path: Path) -> None:
         super().__init__(schema)
@@ -103,8 +104,6 @@ class ParquetSink(TableSink):
 
     def _row_group(self, rows: pa.Table) -> None:
         if self._writer is None:
-            import pyarrow.parquet as pq
-
             self._writer = pq.ParquetWriter(self.path, self.schema)
         self._writer.write_table(rows, row_group_size=ROW_GROUP_ROWS)
 
@@ -121,8 +120,6 @@ class ParquetSink(TableSink):
             self._writer = None
 
     def column(self, name: str) -> np.ndarray:
-        import pyarrow.parquet as pq
-
         assert self._closed, "column() before close()"
         return column_to_numpy(pq.ParquetFile(self.path).read(columns=[name]).column(name))
 

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
+from sim.output.results import distribution
 from sim.plan.replications import wilson_interval
+from sim.plan.slo import parse
 
 HOURS = 24
 
@@ -36,11 +39,6 @@ def hourly_attainment(
       ``plan_slo_met`` whether all held (``slo_attainment`` constraints read the share above;
       other statistics are not split by hour and are left out). ``hours_plan_slo_met`` counts
       the hours with requests where all held."""
-    import pyarrow.parquet as pq
-
-    from sim.output.results import distribution
-    from sim.plan.slo import parse
-
     slo = json.loads((run / "summary.json").read_text())["slo"]
     table = pq.read_table(
         run / "requests.parquet", columns=["arrival_time_s", "status", *LATENCIES]

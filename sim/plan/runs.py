@@ -29,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import sim
+from sim.config.compose import compose_config
 from sim.errors import ConfigError
+from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE, RunFolder, config_text, to_json
 from sim.plan.rounds import Rounds
+from sim.run import simulate
+from sim.sweeps.resume import job_status
 
 RUNS_FOLDER = "runs"
 # The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a
@@ -64,10 +68,6 @@ def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     refuses. What a launcher's job runs (in its process, or on a Ray worker). A config with
     an ``output_dir`` is simulated into that folder instead, with all its files (a worker on
     another machine then needs the folder on a shared disk)."""
-    from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE, RunFolder, config_text, to_json
-    from sim.run import simulate
-    from sim.sweeps.resume import job_status
-
     run_dir = cfg.get("output_dir")
     if run_dir is not None:
         # a whole run folder asked for (a day plan's answers): every file of the run there
@@ -99,8 +99,6 @@ def simulate_job(cfg: dict[str, Any], job_dir: Path) -> dict[str, Any]:
 
 
 def _local_job(overrides: tuple[str, ...], job_dir: Path) -> dict[str, Any]:
-    from sim.config.compose import compose_config
-
     try:
         cfg = compose_config(list(overrides))
     except ConfigError as err:

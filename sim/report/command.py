@@ -31,17 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+from sim.output.summary_table import _num
+from sim.report.document import Document, Heading, Paragraph, Table, write_report
 from sim.report.plotting import REPORT_EXTRA
 
 if TYPE_CHECKING:
-    from sim.report.document import Document, Table
     from sim.report.inputs import DayPlanInput, PlanInput, ReportInput, RunInput, SweepInput
 
 
 def latency_table(summary: dict) -> Table:
-    from sim.output.summary_table import _num
-    from sim.report.document import Table
-
     rows = []
     for label, key in (
         ("TTFT", "ttft_s"),
@@ -61,8 +59,8 @@ def latency_table(summary: dict) -> Table:
 
 def run_figures(doc: Document, run: RunInput, suffix: str = "") -> None:
     """The figures of one run folder: workload, KV cache, the fleet over time."""
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report import kv_use, scaling, traffic
-    from sim.report.document import Paragraph
 
     requests = run.requests(traffic.COLUMNS)
     doc.add(
@@ -96,8 +94,8 @@ def assumptions_section(
 ) -> None:
     """The assumptions of ``run``'s config (``whose`` says which run it is), or why its
     config is unknown."""
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.assumptions import assumptions_table
-    from sim.report.document import Heading, Paragraph
 
     doc.add(Heading("Assumptions"))
     if run is None:
@@ -121,8 +119,8 @@ def assumptions_section(
 
 
 def run_document(doc: Document, run: RunInput, report_command: str) -> None:
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.answer import run_answer
-    from sim.report.document import Heading, Paragraph
 
     doc.add(Heading("Answer"), Paragraph(run_answer(run), answer=True), Heading("Figures"))
     run_figures(doc, run)
@@ -131,9 +129,9 @@ def run_document(doc: Document, run: RunInput, report_command: str) -> None:
 
 
 def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.answer import plan_answer, ranked
     from sim.report.costs import PLAN_NOTE, cost_figure, cost_table, plan_costs
-    from sim.report.document import Heading, Paragraph
     from sim.report.load import load_figure, plan_curves
 
     feasible = ranked(plan.candidates)
@@ -173,6 +171,7 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
 def sweep_document(doc: Document, sweep: SweepInput, report_command: str) -> None:
     """A run is ranked only against the runs at its traffic: a sweep over the traffic gets an
     answer, a cost figure and a table per traffic, each headed by it."""
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report import traffic
     from sim.report.answer import (
         MIN_SLO_ATTAINMENT,
@@ -182,7 +181,6 @@ def sweep_document(doc: Document, sweep: SweepInput, report_command: str) -> Non
         traffic_groups,
     )
     from sim.report.costs import SWEEP_NOTE, by_traffic, cost_figure, cost_table, sweep_costs
-    from sim.report.document import Heading, Paragraph
     from sim.report.load import load_figure, sweep_curves
 
     runs = sweep.runs
@@ -229,9 +227,9 @@ def sweep_document(doc: Document, sweep: SweepInput, report_command: str) -> Non
 
 
 def day_document(doc: Document, day: DayPlanInput, report_command: str) -> None:
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report import scaling
     from sim.report.answer import day_answer, day_choice
-    from sim.report.document import Heading, Paragraph
 
     plan = day.plan
     scalings = {}
@@ -263,7 +261,7 @@ def day_document(doc: Document, day: DayPlanInput, report_command: str) -> None:
 
 def build_document(source: ReportInput, title: str, report_command: str) -> Document:
     """The report of ``source``, its sections in the module docstring's order."""
-    from sim.report.document import Document
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.inputs import DayPlanInput, PlanInput, RunInput
 
     doc = Document(title)
@@ -323,7 +321,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from sim.report.document import write_report
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.inputs import read_input
 
     report_command = shlex.join(["fleetcast", "report", *argv])

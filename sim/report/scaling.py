@@ -278,7 +278,8 @@ def hourly_attainment_figure(day: DayPlan) -> Figure | None:
         ax.set_xlabel(_day_label(day))
         ax.set_ylabel("SLO attainment (slo.*)")
         day_axis(ax, day)
-        from matplotlib.ticker import PercentFormatter  # (loaded by drawing)
+        # imported here: matplotlib, the report extra (loaded by drawing)
+        from matplotlib.ticker import PercentFormatter
 
         ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
     slo = ", ".join(day.plan_slo)

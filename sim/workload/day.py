@@ -39,7 +39,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
+from sim.arrow_numpy import column_to_numpy
 from sim.config.validation import validate
 from sim.config.workload_schema import DailyWorkload
 from sim.errors import ConfigError
@@ -107,12 +111,7 @@ def trace_day(path: object, field: str) -> TraceDay:
 def _timestamp_hours(path: Path, field: str, shown: str) -> np.ndarray | None:
     """Each row's hours since 1970-01-01 00:00 on its timestamp's wall clock, or None when the
     trace has no ``timestamp`` column."""
-    import pyarrow as pa  # imported here: only a trace-shaped day reads them
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    from sim.arrow_numpy import column_to_numpy
+    import pyarrow.compute as pc  # imported here: ~50 ms of CPU; every run imports this module
 
     if traces.is_csv(path):
         with pacsv.open_csv(path) as reader:

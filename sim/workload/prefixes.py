@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from sim.config.workload_schema import MAX_HASH_BLOCK_TOKENS
 from sim.errors import ConfigError, require
 from sim.resources import resolve_path
 from sim.workload.source import Workload
+from sim.workload.traces import is_csv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,10 +129,6 @@ def with_hash_ids(workload: Workload, hash_block_tokens: int | None) -> Workload
     """
     if workload.trace_file is None:
         return workload
-    import pyarrow.parquet as pq
-
-    from sim.workload.traces import is_csv
-
     path = resolve_path(workload.trace_file, FIELD)
     if is_csv(Path(path)):
         return workload  # a CSV has no list column

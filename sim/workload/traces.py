@@ -39,7 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
+from sim.arrow_numpy import column_to_numpy
 from sim.config.workload_schema import TraceWorkload
 from sim.errors import ConfigError
 from sim.resources import resolve_path
@@ -64,12 +68,6 @@ def read_columns(
     ``shown`` is the path as the user wrote it, for error messages (default: ``path``). Numeric
     columns come back as numbers (nulls as NaN), others as object arrays.
     """
-    import pyarrow as pa  # imported here: a synthetic workload never reads a file
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    from sim.arrow_numpy import column_to_numpy
-
     shown = str(path) if shown is None else shown
     csv = is_csv(path)
     try:

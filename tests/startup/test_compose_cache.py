@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import sim.config.compose
-import sim.config.compose_cache as compose_cache
+import sim.startup.compose_cache as compose_cache
 from sim.cli import main
-from sim.config.compose_cache import ComposeCache, ComposedRun, ComposeFailed, cache_folder
 from sim.resources import config_dir
+from sim.startup.compose_cache import ComposeCache, ComposedRun, ComposeFailed, cache_folder
 
 TINY = [
     "sim.progress=false",
