@@ -54,7 +54,7 @@ from sim.plan.answer import ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
-from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, Simulations
+from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, Simulations, interrupted
 from sim.plan.searches import plan_candidates
 from sim.plan.settings import PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
@@ -134,6 +134,10 @@ HYDRA_SET = ("hydra.sweep", "hydra.sweeper", "hydra/sweeper")
 JOBLIB_LAUNCHERS = ("=joblib", "=fleetcast_joblib")
 
 
+# what Ctrl-C before a plan's folder is written prints (after: sim.plan.runs.interrupted's line)
+STOPPED_BEFORE_RUNS = "interrupted: fleetcast plan stopped before any simulation ran"
+
+
 def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
     """``fleetcast plan [overrides] [plan.KEY=VALUE ...] [hydra overrides]``: checked here,
     then run as a Hydra multirun (``run_hydra``, the command line's runner) whose sweeper is
@@ -166,8 +170,17 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # (while the plan is checked; once it runs: its sweeper's)
-        print("interrupted: fleetcast plan stopped before any simulation ran", file=sys.stderr)
+        print(STOPPED_BEFORE_RUNS, file=sys.stderr)
         return INTERRUPTED_STATUS
+    try:
+        return _run(prepared, hydra_args, run_hydra)
+    except KeyboardInterrupt:  # Hydra's start-up (its sweeper catches its own) or the table
+        return interrupted(prepared.folder)
+
+
+def _run(prepared: Prepared, hydra_args: list[str], run_hydra: Callable[[list[str]], None]) -> int:
+    """Run the checked plan ``prepared`` through Hydra, print its table; 0."""
+    jobs = prepared.plan.jobs
     request = prepared.write()
     run_hydra(
         [
