@@ -443,15 +443,13 @@ def _command(argv: list[str], as_command: bool = False) -> None:
             )
             sys.exit(2)
     if command == "plan":
-        from sim.plan.runs import INTERRUPTED_STATUS
+        from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS  # (imports nothing)
 
         try:
             from sim.plan.planner import main as plan_main
 
             status = plan_main(argv, run_hydra)
         except KeyboardInterrupt:  # (where the plan's own lines do not: its imports, say)
-            from sim.plan.planner import STOPPED_BEFORE_RUNS
-
             print(STOPPED_BEFORE_RUNS, file=sys.stderr)
             status = INTERRUPTED_STATUS
         sys.exit(status)

@@ -20,8 +20,7 @@ from sim.cli import (
     plain_text,
 )
 from sim.errors import ConfigError
-from sim.plan.planner import STOPPED_BEFORE_RUNS
-from sim.plan.runs import INTERRUPTED_STATUS
+from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from tests.support import NO_WHATIFS, fleetcast
 
 FILES = ["requests.parquet", "steps.parquet", "summary.json", "config.yaml"]

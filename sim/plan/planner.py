@@ -50,11 +50,12 @@ from typing import Any
 
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
+from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from sim.plan.answer import ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
-from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, Simulations, interrupted
+from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
 from sim.plan.searches import plan_candidates
 from sim.plan.settings import PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
@@ -132,10 +133,6 @@ def run_plan(overrides: list[str], progress: bool = True) -> tuple[Path, dict[st
 HYDRA_SET = ("hydra.sweep", "hydra.sweeper", "hydra/sweeper")
 # launchers whose processes plan.jobs sets (hydra.launcher.n_jobs)
 JOBLIB_LAUNCHERS = ("=joblib", "=fleetcast_joblib")
-
-
-# what Ctrl-C before a plan's folder is written prints (after: sim.plan.runs.interrupted's line)
-STOPPED_BEFORE_RUNS = "interrupted: fleetcast plan stopped before any simulation ran"
 
 
 def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:

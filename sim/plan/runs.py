@@ -30,12 +30,10 @@ from typing import Any
 
 import sim
 from sim.errors import ConfigError
+from sim.plan import INTERRUPTED_STATUS
 from sim.plan.rounds import Rounds
 
 RUNS_FOLDER = "runs"
-# The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a
-# shell reports it.
-INTERRUPTED_STATUS = 130
 
 
 @dataclass(frozen=True)
