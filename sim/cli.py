@@ -105,12 +105,13 @@ flags (Hydra's):
 
 config groups (GROUP=OPTION, each option a file configs/GROUP/OPTION.yaml):
 """
-MEMORY_USAGE = """usage: fleetcast memory [OVERRIDE ...]
+MEMORY_USAGE = """usage: fleetcast memory [OVERRIDE ...] [--cfg job]
 
 The memory plan of one replica: how each GPU's memory splits into weights, the runtime's reserve
 and KV cache blocks, by the engine's rule, and how many requests of a few lengths fit at once.
 The overrides are a run's (model=..., hardware=..., fleet.tp=..., precision.*, memory.*);
 memory.request_tokens=N gives the plan for requests of N tokens only. Nothing is simulated.
+--cfg job prints the composed config instead, as a run's --cfg job does.
 """
 
 
@@ -296,12 +297,34 @@ def _absolute_folder(given: str) -> str:
     return os.path.abspath(os.path.expanduser(given))
 
 
-def _memory(overrides: list[str]) -> None:
-    # imported here: the schema and the catalog (~90 ms of CPU), for this command only
+def _memory(argv: list[str]) -> None:
+    """``fleetcast memory [OVERRIDE ...]``: one replica's memory plan. Its overrides are a run's,
+    and so is ``--cfg job`` (or ``hydra``, ``all``, with ``--resolve``, ``--package``): the
+    composed config, printed by Hydra as for ``fleetcast --cfg job`` with the same overrides.
+    Other flags (``-m``: a sweep) have no memory plan: refused in one line."""
+    # imported here: the schema, the catalog and Hydra's parser (~90 ms of CPU), for this
+    # command only
+    from hydra._internal.utils import get_args_parser
+
     from sim.catalog.deployment import build_deployment
     from sim.catalog.memory import format_plan
     from sim.config.schema import DeploymentConfig
 
+    flags = [a for a in argv if a.startswith("-")]
+    if flags:
+        args = get_args_parser().parse_args(argv)
+        printing = {"--cfg", "-c", "--resolve", "--package", "-p"}
+        if args.cfg is None or not set(flags) <= printing:
+            _fail(
+                ConfigError(
+                    "flags",
+                    " ".join(flags),
+                    "fleetcast memory takes overrides, and --cfg job to print their config",
+                )
+            )
+        run_hydra(argv)  # (Hydra prints the config and runs no task)
+        return
+    overrides = argv
     cfg = compose_config(overrides)
     try:
         checked = DeploymentConfig.from_config(
@@ -326,7 +349,7 @@ def _bench(argv: list[str]) -> int:
     """``fleetcast bench``: run ``workload=bench`` from the harness flags and print the
     harness's report (``sim.harness.bench``)."""
     # imported here: the harness and the simulator (~290 ms of CPU), for this command only
-    from sim.harness.bench import overrides_from, parser, report
+    from sim.harness.bench import named_by_flag, overrides_from, parser, report
     from sim.harness.simulated import read_run
     from sim.run import simulate
 
@@ -334,21 +357,46 @@ def _bench(argv: list[str]) -> int:
     folders = [o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")]
     given = [o for o in overrides if not o.startswith("output_dir=")]
     try:
-        check_overrides(given)
+        # the user's overrides checked with the flags' (workload=bench and its keys): a key of
+        # the bench workload is known only beside them
+        run = [*given, *overrides_from(args)]
+        check_overrides(run)
         _check_output_dir(overrides)
-        cfg = compose_config([*given, *overrides_from(args)])
+        cfg = compose_config(run)
         with tempfile.TemporaryDirectory(prefix="fleetcast_bench_") as scratch:
             folder = Path(folders[-1] if folders else scratch)
             simulate(cfg, folder)
             print(report(read_run(folder), args.harness))
     except ConfigError as err:
-        _fail(err)
+        _fail(named_by_flag(err, args))
     if folders:
         print(f"files: {folders[-1]}")
     return 0
 
 
+# The exit status of a command whose reader closed its output early (`fleetcast ... | head`):
+# 128 + SIGPIPE's number, what the shell reports for any command a closed pipe stops (`yes |
+# head`), so a script with `set -o pipefail` sees a cut-short command as it sees any other
+# (a plan whose table was cut off may not have been printed whole; 0 would say it was)
+BROKEN_PIPE_STATUS = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The ``fleetcast`` command (``argv``: its arguments; None: this process's own)."""
+    try:
+        try:
+            _main(argv)
+        finally:
+            sys.stdout.flush()  # (here, not at the interpreter's exit, where it cannot be caught)
+    except (BrokenPipeError, ReaderGone):
+        # The reader has gone: what is left to print has nowhere to go, and Python would print a
+        # traceback, then fail again flushing stdout at exit; stdout points at devnull instead.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(BROKEN_PIPE_STATUS)
+
+
+def _main(argv: list[str] | None) -> None:
     as_command = argv is None  # the process's own command line: it ends with the run
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -392,10 +440,17 @@ def _command(argv: list[str]) -> None:
             )
             sys.exit(2)
     if command == "plan":
-        # imported here: this command's modules, for it only (~200 ms of CPU)
-        from sim.plan.planner import main as plan_main
+        from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS  # (imports nothing)
 
-        sys.exit(plan_main(argv, run_hydra))
+        try:
+            # imported here: this command's modules, for it only (~200 ms of CPU)
+            from sim.plan.planner import main as plan_main
+
+            status = plan_main(argv, run_hydra)
+        except KeyboardInterrupt:  # (where the plan's own lines do not: its imports, say)
+            print(STOPPED_BEFORE_RUNS, file=sys.stderr)
+            status = INTERRUPTED_STATUS
+        sys.exit(status)
     if command == "report":
         # imported here: this command's modules, for it only (~10 ms of CPU; its figures' ~590 ms)
         from sim.report.command import main as report_main
@@ -455,7 +510,9 @@ def _help(argv: list[str]) -> bool:
     """Print the help ``argv`` asks for (``--help``, ``-h``, ``help [COMMAND]``), as plain text;
     False when it asks for none. A command's own help (its argparse parser's) is printed as
     the command prints it, its reStructuredText markup taken out (``plain_text``)."""
-    if argv and argv[0] == "help" and argv[1:2] and argv[1] in COMMANDS:
+    if argv and argv[0] == "help" and argv[1:2] and argv[1] not in HELP_FLAGS:
+        if argv[1] not in COMMANDS:  # `fleetcast help reprot`
+            _fail(_unknown_command(argv[1]))
         argv = [argv[1], "--help"]  # `fleetcast help plan`: the command's help
     elif argv and argv[0] in ("help", *HELP_FLAGS):
         print(plain_text(USAGE))
@@ -528,13 +585,23 @@ def _check_command(first: str | None) -> None:
         return
     if (config_dir() / first).is_dir():  # `fleetcast placement`: a group without its option
         return
-    near = difflib.get_close_matches(first.lower(), COMMANDS, n=1, cutoff=COMMAND_CUTOFF)
-    if near:
-        raise ConfigError(
-            "command",
-            first,
-            f"unknown command; did you mean {near[0]}? (fleetcast --help lists the commands)",
-        )
+    if _nearest_command(first) is not None:
+        raise _unknown_command(first)
+
+
+def _nearest_command(word: str) -> str | None:
+    """The command ``word`` is a misspelling of, None where it is close to none."""
+    near = difflib.get_close_matches(word.lower(), COMMANDS, n=1, cutoff=COMMAND_CUTOFF)
+    return near[0] if near else None
+
+
+def _unknown_command(word: str) -> ConfigError:
+    """``word`` refused as a command, naming the nearest one where there is one."""
+    near = _nearest_command(word)
+    guess = f"; did you mean {near}?" if near is not None else ""
+    return ConfigError(
+        "command", word, f"unknown command{guess} (fleetcast --help lists the commands)"
+    )
 
 
 def run_hydra(argv: list[str]) -> None:
@@ -543,11 +610,40 @@ def run_hydra(argv: list[str]) -> None:
     # imported here: Hydra (~120 ms of CPU), only for runs through its runner
     import hydra
 
-    saved = sys.argv
+    saved, saved_stdout = sys.argv, sys.stdout
     sys.argv = [sys.argv[0], *argv]
+    sys.stdout = _ReaderWatch(saved_stdout)
     try:
         hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(
             _run_task
         )()
     finally:
-        sys.argv = saved
+        sys.argv, sys.stdout = saved, saved_stdout
+
+
+class ReaderGone(BaseException):
+    """stdout's reader closed it (``fleetcast --cfg job | head``), under Hydra's runner: a
+    BaseException, as Hydra prints any Exception of its task or its ``--cfg`` as a traceback
+    (a BrokenPipeError too) and exits 1; this one passes to ``main``, which ends quietly."""
+
+
+class _ReaderWatch:
+    """``stream`` (stdout) whose BrokenPipeError is raised as ``ReaderGone``."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError as err:
+            raise ReaderGone from err
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError as err:
+            raise ReaderGone from err
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...: the stream's
+        return getattr(self._stream, name)

@@ -11,9 +11,17 @@ import sys
 import pytest
 import yaml
 
-from sim.cli import COMMANDS, _absolute_folder, _check_command, main, plain_text
+from sim.cli import (
+    BROKEN_PIPE_STATUS,
+    COMMANDS,
+    _absolute_folder,
+    _check_command,
+    main,
+    plain_text,
+)
 from sim.errors import ConfigError
-from tests.support import fleetcast
+from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
+from tests.support import NO_WHATIFS, fleetcast
 
 FILES = ["requests.parquet", "steps.parquet", "summary.json", "config.yaml"]
 
@@ -113,6 +121,21 @@ def test_memory_refuses_a_model_that_does_not_fit(tmp_path):
     assert proc.stdout == ""
 
 
+def test_memory_cfg_job_prints_a_runs_composed_config_and_other_flags_are_one_line(tmp_path):
+    proc = fleetcast("memory", "--cfg", "job", "fleet.tp=2", "model=llama31_70b", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    run = fleetcast("--cfg", "job", "fleet.tp=2", "model=llama31_70b", cwd=tmp_path)
+    assert proc.stdout == run.stdout  # as a run prints it
+    config = yaml.safe_load(proc.stdout)
+    assert config["fleet"]["tp"] == 2 and config["model"]["name"] == "meta-llama/Llama-3.1-70B"
+    assert list(tmp_path.iterdir()) == []  # nothing planned, nothing written
+    proc = fleetcast("memory", "-m", "fleet.tp=1,2", cwd=tmp_path)  # a sweep: no memory plan
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "error: flags='-m': fleetcast memory takes overrides, and --cfg job to print their config\n"
+    )
+
+
 # every command, and the subcommand of one, each asked for its help both ways
 HELP_ASKED = [
     [],
@@ -144,6 +167,21 @@ def test_help_names_the_command_asked_about(capsys):
     assert "  scheduler: prefill_first, sarathi, sglang, static, trtllm, vllm" in text
     main(["workload=poisson", "-h"])  # a run's help, wherever the flag is
     assert capsys.readouterr().out == text
+
+
+@pytest.mark.parametrize(
+    "word, says",
+    [
+        ("reprot", "unknown command; did you mean report? (fleetcast --help lists the commands)"),
+        ("nosuch", "unknown command (fleetcast --help lists the commands)"),
+    ],
+)
+def test_help_on_an_unknown_command_is_refused_as_the_command_is(word, says, capsys):
+    with pytest.raises(SystemExit) as end:
+        main(["help", word])
+    assert end.value.code == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err == f"error: command={word!r}: {says}\n"
 
 
 def test_memory_help_is_not_a_hydra_traceback(tmp_path):
@@ -321,3 +359,61 @@ def test_the_collector_is_paused_while_a_run_starts_and_given_back_as_it_was(tmp
         assert gc.get_freeze_count() == frozen and gc.isenabled()
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["help", "plan"], ["--cfg", "job"], ["memory"], ["memory", "--cfg", "job"]],
+    ids=" ".join,
+)
+def test_a_reader_closing_the_output_early_ends_the_command_quietly(args, tmp_path):
+    # `fleetcast ... | head`: the reader closes the pipe before the command writes (under
+    # Hydra's runner too, which would print the BrokenPipeError as a traceback)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sim", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == BROKEN_PIPE_STATUS == 141
+    assert err == b""
+
+
+PLAN = [
+    "workload=poisson",
+    "workload.num_requests=20",
+    "plan.max_replicas=2",
+    "plan.jobs=1",
+    *NO_WHATIFS,
+]
+
+
+def test_ctrl_c_while_hydra_starts_a_plan_is_one_line_exit_130(tmp_path, monkeypatch, capsys):
+    def interrupted_start(argv):
+        raise KeyboardInterrupt  # Ctrl-C while Hydra composes, before the sweeper runs
+
+    monkeypatch.setattr("sim.cli.run_hydra", interrupted_start)
+    folder = tmp_path / "plan"
+    with pytest.raises(SystemExit) as end:
+        main(["plan", *PLAN, f"plan.output_dir={folder}"])
+    assert end.value.code == INTERRUPTED_STATUS == 130
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert printed.err == (
+        f"interrupted: the plan in {folder} stopped; its finished simulations are kept, and "
+        f"the same command (plan.output_dir={folder}) resumes from them\n"
+    )
+
+
+def test_ctrl_c_before_a_plan_is_checked_is_one_line_exit_130(monkeypatch, capsys):
+    def interrupted_plan(argv, run_hydra):
+        raise KeyboardInterrupt  # Ctrl-C while the plan's modules import
+
+    monkeypatch.setattr("sim.plan.planner.main", interrupted_plan)
+    with pytest.raises(SystemExit) as end:
+        main(["plan", *PLAN])
+    assert end.value.code == INTERRUPTED_STATUS
+    assert capsys.readouterr().err == f"{STOPPED_BEFORE_RUNS}\n"

@@ -125,6 +125,16 @@ def overrides_from(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def named_by_flag(err: ConfigError, args: argparse.Namespace) -> ConfigError:
+    """``err`` named by the flag that set its key (``--num-prompts=-3: must be >= 1`` for the
+    schema's ``workload.num_requests=-3``), where a flag given set it; else ``err``. The flag's
+    value is set after the overrides', so a key a flag sets is the flag's."""
+    for flag, key in FLAGS.items():
+        if err.field == f"workload.{key}" and getattr(args, flag) is not None:
+            return ConfigError("--" + flag.replace("_", "-"), err.value, err.reason)
+    return err
+
+
 def report(run: SimulatedRequests, harness: str) -> str:
     """The harness's result block for ``run``'s measured requests, with each definition."""
     width = 40

@@ -31,3 +31,11 @@ it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), `
 computes them), ``sim.workload.day`` (a day's periods and the workloads
 that stand for them), and SciPy (t quantiles).
 """
+
+# How a plan stopped by Ctrl-C ends, here where nothing is imported: ``sim.cli`` reads these
+# before it imports the plan's modules, so a Ctrl-C that lands while they import still ends in
+# the plan's line, its handler importing nothing the interrupted import may have left half-done.
+# The exit status: 128 + SIGINT's number, as a shell reports a command Ctrl-C stopped.
+INTERRUPTED_STATUS = 130
+# the line before the plan's folder is written (after: ``sim.plan.runs.interrupted``'s)
+STOPPED_BEFORE_RUNS = "interrupted: fleetcast plan stopped before any simulation ran"

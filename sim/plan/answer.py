@@ -121,7 +121,11 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
 
 
 def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Table:
-    rows = []
+    """``plan.parquet``: one row per simulation. A ``plan.grid`` key's column holds the text of
+    its override; where the key is also another column's name (a summary key:
+    ``spec_decode.num_draft_tokens``), it is ``config.KEY``, as ``runs.parquet`` names a config
+    key beside a summary key, so neither column's values overwrite the other's."""
+    rows: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []  # head, grid, rest
 
     def add(
         answer: Answer,
@@ -132,20 +136,17 @@ def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Tab
         decision: str | None,
     ) -> None:
         given = dict(o.split("=", 1) for o in answer.overrides)
-        row: dict[str, Any] = {"candidate": answer.label, "scenario": scenario}
-        row.update({key: given.get(key) for key in grid_keys})
-        row.update(
-            {
-                "replicas": replicas,
-                "replication": replication,
-                "seed": seed + replication,
-                "decision": decision,
-            }
-        )
+        rest: dict[str, Any] = {
+            "replicas": replicas,
+            "replication": replication,
+            "seed": seed + replication,
+            "decision": decision,
+        }
         for name, value in flatten(summary, keep_lists=False).items():
             if isinstance(value, (int, float, str)) or value is None:
-                row[name] = value
-        rows.append(row)
+                rest[name] = value
+        head = {"candidate": answer.label, "scenario": scenario}
+        rows.append((head, {key: given.get(key) for key in grid_keys}, rest))
 
     for answer in answers:
         scenarios = {"base": answer.points, **{n: p for n, (_, p) in answer.whatifs.items()}}
@@ -156,8 +157,14 @@ def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Tab
         for k, summary in sorted(answer.headroom.items()):
             assert answer.replicas is not None
             add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
-    names = list(dict.fromkeys(name for row in rows for name in row))  # every column, in order
-    return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in rows])
+    taken = {name for head, _, rest in rows for name in (*head, *rest)}
+    column = {key: f"config.{key}" if key in taken else key for key in grid_keys}
+    whole = [
+        {**head, **{column[key]: value for key, value in grid.items()}, **rest}
+        for head, grid, rest in rows
+    ]
+    names = list(dict.fromkeys(name for row in whole for name in row))  # every column, in order
+    return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in whole])
 
 
 def ranked_table(plan_json: dict[str, Any]) -> str:

@@ -50,11 +50,12 @@ from typing import Any
 
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
+from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from sim.plan.answer import ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
-from sim.plan.runs import INTERRUPTED_STATUS, Job, LocalLauncher, Simulations
+from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
 from sim.plan.searches import plan_candidates
 from sim.plan.settings import PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
@@ -166,8 +167,17 @@ def main(argv: list[str], run_hydra: Callable[[list[str]], None]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # (while the plan is checked; once it runs: its sweeper's)
-        print("interrupted: fleetcast plan stopped before any simulation ran", file=sys.stderr)
+        print(STOPPED_BEFORE_RUNS, file=sys.stderr)
         return INTERRUPTED_STATUS
+    try:
+        return _run(prepared, hydra_args, run_hydra)
+    except KeyboardInterrupt:  # Hydra's start-up (its sweeper catches its own) or the table
+        return interrupted(prepared.folder)
+
+
+def _run(prepared: Prepared, hydra_args: list[str], run_hydra: Callable[[list[str]], None]) -> int:
+    """Run the checked plan ``prepared`` through Hydra, print its table; 0."""
+    jobs = prepared.plan.jobs
     request = prepared.write()
     run_hydra(
         [

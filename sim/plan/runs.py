@@ -32,14 +32,12 @@ import sim
 from sim.config.compose import compose_config
 from sim.errors import ConfigError
 from sim.output.run_files import CONFIG_FILE, SUMMARY_FILE, RunFolder, config_text, to_json
+from sim.plan import INTERRUPTED_STATUS
 from sim.plan.rounds import Rounds
 from sim.run import simulate
 from sim.sweeps.resume import job_status
 
 RUNS_FOLDER = "runs"
-# The exit status of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as a
-# shell reports it.
-INTERRUPTED_STATUS = 130
 
 
 @dataclass(frozen=True)

@@ -518,3 +518,30 @@ def test_a_what_if_a_candidate_cannot_run_is_left_out_not_fatal(tmp_path):
     closed, open_loop = plan["candidates"]
     assert closed["feasible"] and closed["whatifs"] == {} and "headroom" not in closed
     assert set(open_loop["whatifs"]) == {"rate x1.2"} and "headroom" in open_loop
+
+
+def test_a_grid_key_that_is_also_a_summary_key_gets_a_column_of_its_own(tmp_path):
+    # spec_decode.num_draft_tokens is a summary key too (an int, absent without speculation):
+    # the grid's column, the override's text, is config.KEY beside the summary's
+    argv = [
+        "workload=poisson",
+        "workload.num_requests=20",
+        "workload.prompt_tokens=64",
+        "workload.output_tokens=16",
+        "plan.grid={spec_decode.num_draft_tokens: [0, 3]}",
+        "plan.max_replicas=1",
+        "plan.jobs=1",
+        "plan.min_replications=2",
+        "plan.max_replications=2",
+        f"plan.output_dir={tmp_path}",
+        *NO_WHATIFS,
+    ]
+    assert main(argv) == 0
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "plan.parquet")
+    names = table.column_names
+    assert names[:3] == ["candidate", "scenario", "config.spec_decode.num_draft_tokens"]
+    assert names.count("spec_decode.num_draft_tokens") == 1
+    assert table.column("config.spec_decode.num_draft_tokens").to_pylist() == ["0", "0", "3", "3"]
+    assert table.column("spec_decode.num_draft_tokens").to_pylist() == [None, None, 3, 3]
