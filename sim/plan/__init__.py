@@ -1,5 +1,5 @@
-"""Capacity planning: ``fleetcast plan``, the cheapest fleet that meets the SLOs, with the
-uncertainty of each figure.
+"""Capacity planning: ``fleetcast plan``, the cheapest fleet that meets the SLOs (or the
+highest rate a fleet serves within them), with the uncertainty of each figure.
 
 - ``slo``: SLO constraints on summary statistics (``ttft_s.p99 <= 2``), parsed and checked;
 - ``replications``: independent replications of one point (seeds), their confidence intervals
@@ -20,6 +20,11 @@ uncertainty of each figure.
 - ``planner``: the command, at the top of the package's imports: the plan checked
   (candidates from a grid or a list, an example run for the SLOs), then run as a plan of
   candidates or a day plan (``run_plan``, ``main``);
+- ``rate_search``: the highest rate multiple that meets, by bracketing and bisection in
+  ratio;
+- ``capacity``: ``plan.solve=max_rate``, the highest arrival rate the fleet as given serves
+  within its SLOs, with the interval of its replications' own capacities, its ``plan.json``
+  and ``plan.parquet``;
 - ``day``: a day of a ``daily`` workload planned by period, and three fleets for the day (the
   peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``);
 - ``hourly``: a day's answer hour by hour: SLO attainment with Wilson intervals, and the plan's

@@ -36,12 +36,13 @@ SAY_CHECKING_FROM = 100
 FLEET_SHAPE_GROUP = "placement"
 
 
-def refuse_planned(overrides: list[str]) -> None:
-    """ConfigError on the first override of a key the planner sets itself."""
+def refuse_planned(overrides: list[str], keep_replicas: bool = False) -> None:
+    """ConfigError on the first override of a key the planner sets itself (``fleet.replicas``
+    allowed with ``keep_replicas``: a capacity plan's fleet is the one given)."""
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         require(
-            key not in PLANNED,
+            key not in PLANNED or (keep_replicas and key == "fleet.replicas"),
             key,
             override.split("=", 1)[-1],
             "fleetcast plan sets it (the replica count it searches, the seeds of the "

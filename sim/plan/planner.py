@@ -53,11 +53,12 @@ from sim.errors import ConfigError, require
 from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from sim.plan.answer import ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
+from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
 from sim.plan.searches import plan_candidates
-from sim.plan.settings import PlanConfig, Prepared, load_plan
+from sim.plan.settings import MAX_RATE, PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
 from sim.run import simulate
 
@@ -78,12 +79,12 @@ def prepare(overrides: list[str]) -> Prepared:
     )
     cfg = compose_config(base)
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
+    if plan.solve == MAX_RATE:
+        return _prepare_capacity(plan, base, cfg, seed)
     if cfg["workload"].get("kind") == "closed_loop" and (plan.rate_scales or plan.max_headroom):
         # no arrival rate to scale: the clients send as requests end
         plan = plan.model_copy(update={"rate_scales": [], "max_headroom": None})
-    folder = Path(
-        plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-    ).expanduser()
+    folder = _folder(plan)
     each = every_candidate(plan.grid, plan.candidates)
     # every candidate's overrides checked and composed before any simulation runs
     fewest = checked_fewest(base, each, compose_config)
@@ -98,15 +99,75 @@ def prepare(overrides: list[str]) -> Prepared:
         )
     example_base = [*base, *day_checks(plan.day, cfg, each)] if day else base
     # an example summary (the fewest replicas of the base deployment) names the statistics
-    example_overrides = Simulations(example_base, seed, Rounds(list)).overrides(
-        [], fewest_replicas(cfg), 0
-    )
-    example = simulate(compose_config(example_overrides)).summary
-    constraints = [parse(text, example) for text in plan.slo]
-    require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
+    _check_slo(plan, example_base, seed, fewest_replicas(cfg))
     return Prepared(
         plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None, fewest
     )
+
+
+def _folder(plan: PlanConfig) -> Path:
+    """The plan folder: ``plan.output_dir``, else ``plans/DATE/TIME``."""
+    return Path(
+        plan.output_dir or Path("plans") / datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    ).expanduser()
+
+
+def _check_slo(plan: PlanConfig, base: list[str], seed: int, replicas: int) -> None:
+    """ConfigError unless ``plan.slo`` holds constraints on numbers of an example summary
+    (``replicas`` of the ``base`` deployment, simulated here)."""
+    example_overrides = Simulations(base, seed, Rounds(list)).overrides([], replicas, 0)
+    example = simulate(compose_config(example_overrides)).summary
+    constraints = [parse(text, example) for text in plan.slo]
+    require(bool(constraints), "plan.slo", plan.slo, "give at least one SLO")
+
+
+# the keys a capacity plan sets or cannot take (plan.solve=max_rate: one fleet, at the rates
+# it searches)
+ONE_FLEET = ("grid", "candidates")
+
+
+def _prepare_capacity(
+    plan: PlanConfig, base: list[str], cfg: dict[str, Any], seed: int
+) -> Prepared:
+    """A capacity plan (``plan.solve=max_rate``, ``sim.plan.capacity``) checked: one fleet,
+    the config's own (its ``fleet.replicas`` taken from it), an open-loop workload whose rate
+    the plan scales, and the SLOs. ConfigError on the first problem."""
+    for key in ONE_FLEET:
+        given = getattr(plan, key)
+        require(
+            not given,
+            f"plan.{key}",
+            given,
+            "plan.solve=max_rate answers for one fleet, the config as given: plan each "
+            "candidate on its own",
+        )
+    require(
+        plan.day.periods is None,
+        "plan.day.periods",
+        plan.day.periods,
+        "plan.solve=max_rate answers for a stationary rate: not for a day plan",
+    )
+    for override in base:
+        key, _, value = override.partition("=")
+        require(
+            key.lstrip("+~") != "sim.arrival_rate_scale",
+            key,
+            value,
+            "plan.solve=max_rate sets it (the rate multiples it searches); give the base rate "
+            "in the workload",
+        )
+    require(
+        cfg["workload"].get("kind") != "closed_loop",
+        "plan.solve",
+        plan.solve,
+        "a closed-loop workload has no arrival rate to raise (its clients send as requests "
+        "end): use an open-loop workload, or plan.grid over workload.concurrency",
+    )
+    replicas = int(cfg["fleet"]["replicas"])
+    # the planner sets the count on every simulation, as the config gives it
+    base = [o for o in base if o.split("=", 1)[0].lstrip("+~") != "fleet.replicas"]
+    _check_slo(plan, base, seed, replicas)
+    return Prepared(plan, base, seed, [[]], _folder(plan).absolute(), replicas=replicas)
 
 
 def execute(
@@ -115,6 +176,8 @@ def execute(
     """Run a prepared plan, its simulations launched in rounds by ``launch``; write
     ``plan.parquet`` and ``plan.json`` into its folder and return ``plan.json``'s object (a
     day plan: ``day_plan.json``'s, ``sim.plan.day``)."""
+    if prepared.plan.solve == MAX_RATE:
+        return plan_capacity(prepared, launch, progress)
     if prepared.plan.day.periods is not None:
         return plan_day(prepared, launch, progress)
     return plan_candidates(prepared, launch, progress)
@@ -198,7 +261,7 @@ def _run(prepared: Prepared, hydra_args: list[str], run_hydra: Callable[[list[st
         print(f"plan: {prepared.folder}")
         return 0
     plan_json = json.loads((prepared.folder / "plan.json").read_text())
-    print(ranked_table(plan_json))
+    print(capacity_text(plan_json) if prepared.plan.solve == MAX_RATE else ranked_table(plan_json))
     print(f"plan: {prepared.folder}")
     return 0
 

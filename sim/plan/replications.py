@@ -82,6 +82,19 @@ def t_quantile(p: float, df: int) -> float:
     )
 
 
+def t_interval(xs: list[float], confidence: float) -> tuple[float, float, float]:
+    """(mean, low, high): the Student-t interval of the mean of independent replications'
+    values ``xs`` (module docstring); one value: an interval of no width around it."""
+    n = len(xs)
+    assert n > 0, "no values"
+    mean = sum(xs) / n
+    if n == 1:
+        return mean, mean, mean
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t_quantile(1 - (1 - confidence) / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
 @dataclass
 class Statistic:
     """One SLO statistic over the replications."""
@@ -94,14 +107,7 @@ class Statistic:
         an interval of no width around it."""
         if not self.values or any(v is None for v in self.values):
             return None
-        xs = [float(v) for v in self.values if v is not None]
-        n = len(xs)
-        mean = sum(xs) / n
-        if n == 1:
-            return mean, mean, mean
-        sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-        half = t_quantile(1 - (1 - confidence) / 2, n - 1) * sd / math.sqrt(n)
-        return mean, mean - half, mean + half
+        return t_interval([float(v) for v in self.values if v is not None], confidence)
 
     def side(self, confidence: float) -> str:
         """``meets`` / ``misses`` when the whole interval is on one side, else ``unsure``."""
@@ -165,10 +171,10 @@ def evaluate(
 
     def done(decision: str, reason: str) -> Point:
         point = Point(replicas, summaries, statistics, decision, reason)
-        unusable = sum(_unusable(s) for s in summaries)
-        if decision == "meets" and 2 * unusable >= len(summaries):
+        unstable = sum(unusable(s) for s in summaries)
+        if decision == "meets" and 2 * unstable >= len(summaries):
             point.decision = "misses"
-            point.reason = f"not stable in {unusable} of {len(summaries)} replications"
+            point.reason = f"not stable in {unstable} of {len(summaries)} replications"
         elif decision == "meets" and point.miss_probability > max_miss_probability:
             point.decision = "misses"
             point.reason = (
@@ -231,7 +237,7 @@ def _grossly_unstable(summary: dict[str, Any]) -> bool:
     return stability.get("verdict") == "unstable" and share is not None and share < 0.5
 
 
-def _unusable(summary: dict[str, Any]) -> bool:
+def unusable(summary: dict[str, Any]) -> bool:
     """A replication whose latencies are not a steady state's (``sim.output.stability``)."""
     verdict = (summary.get("stability") or {}).get("verdict")
     return verdict in ("unstable", "undetermined", "near_saturation")

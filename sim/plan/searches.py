@@ -5,7 +5,6 @@ headroom at the answer, the progress shown per candidate, and the plan's ``plan.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import threading
@@ -13,9 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-import pyarrow.parquet as pq
-
-from sim.plan.answer import Answer, answer_json, rows_table
+from sim.plan.answer import Answer, answer_json, rows_table, write_plan
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, RefusedRun, Simulations
@@ -165,14 +162,7 @@ def plan_candidates(
         "seed": prepared.seed,
         "candidates": [answer_json(a, plan) for a in ordered],
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    table = rows_table(ordered, prepared.seed, list(plan.grid))
-    tmp = folder / ".plan.parquet.partial"
-    pq.write_table(table, tmp)
-    tmp.replace(folder / "plan.parquet")
-    tmp = folder / ".plan.json.partial"
-    tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
-    tmp.replace(folder / "plan.json")
+    write_plan(folder, rows_table(ordered, prepared.seed, list(plan.grid)), plan_json)
     return plan_json
 
 

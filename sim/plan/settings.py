@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from omegaconf import OmegaConf
 from pydantic import Field
@@ -30,10 +30,23 @@ class DayPlanConfig(StrictModel):
     autoscale: dict[str, Any] = Field(default_factory=dict)
 
 
+# what a plan answers: the cheapest fleet meeting the SLOs (sim.plan.searches), or the highest
+# arrival rate the given fleet serves at them (sim.plan.capacity)
+CHEAPEST_FLEET: Final = "cheapest_fleet"
+MAX_RATE: Final = "max_rate"
+
+
 class PlanConfig(StrictModel):
     section: ClassVar[str] = "plan"
 
     slo: list[str]
+    solve: Literal["cheapest_fleet", "max_rate"] = CHEAPEST_FLEET
+    # max_rate: the rate multiples searched (sim.arrival_rate_scale), from 1 doubling up to
+    # max_rate_factor or halving down to min_rate_factor, then bisected in ratio until the
+    # multiple that meets and the one that misses are within rate_tolerance of each other
+    max_rate_factor: Annotated[float, Field(gt=1)] = 16.0
+    min_rate_factor: Annotated[float, Field(gt=0, lt=1)] = 0.0625
+    rate_tolerance: Annotated[float, Field(ge=0.001, lt=1)] = 0.02
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     # candidates given one by one (added to the grid's), each a list of overrides
     candidates: list[list[str]] = Field(default_factory=list)
@@ -69,8 +82,10 @@ def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
     except Exception as err:  # OmegaConf's grammar and merge errors have many types
         reason = " ".join(str(err).split())
         raise ConfigError("plan", " ".join(mine), f"cannot read: {reason}") from None
-    refuse_planned(rest)
-    return validate(PlanConfig, merged, "plan"), rest
+    plan: PlanConfig = validate(PlanConfig, merged, "plan")
+    # the capacity of a fleet takes its replica count as given (sim.plan.capacity)
+    refuse_planned(rest, keep_replicas=plan.solve == MAX_RATE)
+    return plan, rest
 
 
 @dataclass
@@ -86,6 +101,8 @@ class Prepared:
     day_workload: dict[str, Any] | None = None  # a day plan's base workload, composed
     # each candidate's fewest replicas (fewest_replicas); None: 1 for every candidate
     fewest: list[int] | None = None
+    # a capacity plan's (plan.solve=max_rate) fleet size, as given; None: the count is searched
+    replicas: int | None = None
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -101,6 +118,7 @@ class Prepared:
                 "folder": str(self.folder),
                 "day_workload": self.day_workload,
                 "fewest": self.fewest,
+                **({"replicas": self.replicas} if self.replicas is not None else {}),
                 "version": sim.__version__,
             },
             indent=1,
@@ -121,4 +139,5 @@ class Prepared:
             Path(given["folder"]),
             given.get("day_workload"),
             given.get("fewest"),
+            given.get("replicas"),
         )

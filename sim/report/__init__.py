@@ -14,6 +14,8 @@ the simulator before, never by simulating again.
 - ``kv_use``: KV-cache use and running requests over time, from ``steps.parquet``;
 - ``load``: latency percentiles against load per replica, the knee and the operating point,
   a row of panels per candidate;
+- ``capacity``: a capacity plan's (``plan.solve=max_rate``) answer, each SLO statistic against
+  load with the capacity found, and the rate multiples tried;
 - ``costs``: cost per candidate with its interval, cheapest first (a sweep's within each
   traffic);
 - ``scaling``: the fleet over the day: ``scaling.parquet`` and a day plan's three answers;

@@ -11,7 +11,8 @@ the tables behind them, and the assumptions. What each kind of folder shows:
   while its folder is there), and the table of points; costs ranked within each traffic
   (``sim.report.answer.traffic_groups``), each traffic headed by its settings;
 - a plan: latency against load with the knee and the operating point; cost per candidate,
-  and the table of candidates;
+  and the table of candidates; a capacity plan (``plan.solve=max_rate``): each SLO statistic
+  against load with its bound and the capacity found, and the rate multiples tried;
 - a day plan: the replicas and $/hour of each answer over the day; hourly SLO attainment; the
   chosen answer's workload and KV cache, and the tables of answers and periods.
 
@@ -128,9 +129,40 @@ def run_document(doc: Document, run: RunInput, report_command: str) -> None:
     assumptions_section(doc, run, run.command, report_command, whose=f" {run.path.name}")
 
 
+def capacity_document(doc: Document, plan: PlanInput, report_command: str) -> None:
+    """A capacity plan (``plan.solve=max_rate``): the capacity, each SLO statistic against
+    load, the multiples tried, and the assumptions of the run at the capacity."""
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
+    from sim.report.capacity import capacity_answer, capacity_figure, evaluated_table
+
+    c = plan.plan["capacity"]
+    replicas = int(plan.plan.get("replicas") or 1)
+    at = c.get("rate_x") or c.get("misses_at_rate_x")
+    chosen = plan.run([f"sim.arrival_rate_scale={at:g}"], replicas) if at else None
+    doc.add(
+        Heading("Answer"),
+        Paragraph(capacity_answer(plan.plan), answer=True),
+        Heading("Figures"),
+        capacity_figure(plan.rows, plan.plan),
+        Paragraph(
+            "The plan's simulations keep only their summaries (no requests or steps), so it "
+            "has no workload or KV-cache figure: report one of its runs for those."
+        ),
+        Heading("Rates tried"),
+        evaluated_table(plan.plan),
+    )
+    whose = f" at x{at:g} the rate" if at else ""
+    assumptions_section(doc, chosen, plan.command, report_command, plan.version, whose)
+
+
 def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
     # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report.answer import plan_answer, ranked
+    from sim.report.capacity import is_capacity
+
+    if is_capacity(plan.plan):
+        capacity_document(doc, plan, report_command)
+        return
     from sim.report.costs import PLAN_NOTE, cost_figure, cost_table, plan_costs
     from sim.report.load import load_figure, plan_curves
 
