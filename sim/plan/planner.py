@@ -29,6 +29,14 @@ and the ranked table is printed at the end. At each answer the plan adds what-if
 with steps 10% faster or slower, and with 20% more traffic, searched outward from the answer)
 and the headroom (the rate multiple at which the chosen fleet stops being stable).
 
+With ``plan.solve=max_rate`` the plan answers for one fleet, the config as given (its
+``fleet.replicas`` included; no grid): the highest arrival rate, in requests/s and tokens/s,
+at which it meets every SLO, searched over multiples of the config's rate from 1 up to
+``plan.max_rate_factor`` or down to ``plan.min_rate_factor`` and bisected to within
+``plan.rate_tolerance``, with the interval of its replications' own capacities
+(``sim.plan.capacity``); ``plan.json`` holds it as ``capacity``, and the answer printed says
+how the search ended. It has no what-ifs or headroom.
+
 The searches run side by side and their simulations go out in rounds (``sim.plan.rounds``):
 the command as a Hydra multirun whose sweeper is the plan, each simulation a job of the chosen
 launcher (``hydra/launcher=...``: local cores by default, a Ray cluster), as a sweep's jobs;

@@ -43,6 +43,11 @@ def _requests(c: dict[str, Any], k: float | None) -> str | None:
     return None if k is None or not base else _num(k * base)
 
 
+def _x(k: float | None) -> str:
+    """``x1.59``: a rate multiple."""
+    return "-" if k is None else f"x{k:.4g}"
+
+
 def _rate(c: dict[str, Any], k: float | None) -> str:
     """``79.5 requests/s (x1.59)``, or the multiple alone."""
     if k is None:
@@ -71,8 +76,9 @@ def capacity_answer(plan: dict[str, Any]) -> str:
     sentences = [
         f"{fleet} serves up to {_num(c.get('requests_per_s'))} requests/s "
         f"({_num(c.get('input_tokens_per_s'))} input and {_num(c.get('output_tokens_per_s'))} "
-        f"output tokens/s) within every SLO ({slos}): x{c['rate_x']:.4g} the config's rate; it "
-        f"misses at x{c['misses_at_rate_x']:.4g} (plan.rate_tolerance={c.get('rate_tolerance')})."
+        f"output tokens/s) within every SLO ({slos}): {_x(c.get('rate_x'))} the config's rate; "
+        f"it misses at {_x(c.get('misses_at_rate_x'))} (plan.rate_tolerance="
+        f"{_num(c.get('rate_tolerance'))})."
     ]
     interval = (c.get("interval") or {}).get("requests_per_s")
     confidence = plan.get("confidence", 0.95)
@@ -178,7 +184,7 @@ def evaluated_table(plan: dict[str, Any]) -> Table:
     c = plan["capacity"]
     rows = [
         [
-            f"x{e.get('rate_x', 0):.4g}",
+            _x(e.get("rate_x")),
             _requests(c, e.get("rate_x")) or "-",
             str(e.get("decision")),
             str(e.get("replications")),

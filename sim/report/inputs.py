@@ -208,7 +208,25 @@ CANDIDATE_SHAPE = {
     "headroom": MAPPING,
     "slo": {},  # each SLO's interval, by its text
 }
-# plan.json as the planner writes it (sim.plan.answer), and plan_request.json
+INTERVAL_SHAPE = {"mean": NUMBER, "ci_low": NUMBER, "ci_high": NUMBER}
+# a capacity plan's answer (plan.solve=max_rate, sim.plan.capacity)
+CAPACITY_SHAPE = {
+    "outcome": TEXT,
+    "rate_x": NUMBER,
+    "misses_at_rate_x": NUMBER,
+    "base_requests_per_s": NUMBER,
+    "evaluated": [MAPPING],
+    "requests_per_s": NUMBER,
+    "input_tokens_per_s": NUMBER,
+    "output_tokens_per_s": NUMBER,
+    "replications": COUNT,
+    "miss_probability": NUMBER,
+    "slo": {},
+    "interval": {"rate_x": INTERVAL_SHAPE, "requests_per_s": INTERVAL_SHAPE},
+    "per_replication_rate_x": [NUMBER],
+}
+# plan.json as the planner writes it (sim.plan.answer, sim.plan.capacity), and
+# plan_request.json
 PLAN_SHAPE = {
     "slo": [TEXT],
     "confidence": NUMBER,
@@ -216,6 +234,9 @@ PLAN_SHAPE = {
     "base_overrides": [TEXT],
     "seed": COUNT,
     "candidates": [CANDIDATE_SHAPE],
+    "solve": TEXT,
+    "replicas": COUNT,
+    "capacity": CAPACITY_SHAPE,
 }
 PLAN_REQUEST_SHAPE = {
     "plan": {"slo": [TEXT], "grid": MAPPING, "day": MAPPING},

@@ -28,6 +28,7 @@ from sim.plan.rounds import Rounds
 from sim.plan.runs import RUNS_FOLDER, Simulations
 from sim.plan.slo import parse
 from sim.run import simulate
+from tests.support import REPO_ROOT
 
 
 @pytest.mark.parametrize("threshold", [1.0, 1.3, 2.7, 7.99, 0.3, 0.07])
@@ -159,6 +160,10 @@ def test_the_command_prints_the_capacity_and_writes_its_plan(capacity_plan):
     assert [e["rate_x"] for e in c["evaluated"]] == sorted(e["rate_x"] for e in c["evaluated"])
     assert printed.startswith("capacity of the fleet as given (1 replica(s)) at every SLO")
     assert f"(x{c['rate_x']:.4g} the config's rate" in printed and ": found, it misses" in printed
+    # the output reference names every key of the capacity plan's plan.json
+    page = (REPO_ROOT / "docs" / "reference" / "outputs.md").read_text().splitlines()
+    row = next(line for line in page if line.startswith("| `plan.json` of a capacity plan"))
+    assert [key for key in [*plan_json, *c] if f"`{key}`" not in row] == []
     table = pq.read_table(folder / "plan.parquet")
     assert table.num_rows == len(list((folder / RUNS_FOLDER).iterdir()))
     scenarios = set(table.column("scenario").to_pylist())
