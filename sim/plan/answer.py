@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +19,9 @@ from sim.output.summary_table import _num
 from sim.plan.replications import Point
 from sim.plan.settings import PlanConfig
 from sim.sweeps.runs import flatten
+
+if TYPE_CHECKING:  # (sim.plan.capacity writes its plan with this module's helpers)
+    from sim.plan.capacity import Capacity
 
 
 @dataclass
@@ -34,6 +37,9 @@ class Answer:
     whatifs: dict[str, tuple[int | None, dict[int, Point]]] = field(default_factory=dict)
     # rate multiple -> the chosen fleet's summary at it (one replication)
     headroom: dict[float, dict[str, Any]] = field(default_factory=dict)
+    # the chosen fleet's highest rate multiple within every SLO (plan.slo_headroom); None: not
+    # searched, or refused
+    slo_headroom: Capacity | None = None
 
     @property
     def chosen(self) -> Point | None:
@@ -111,6 +117,14 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
                     for k, s in sorted(answer.headroom.items())
                 },
             }
+        if answer.slo_headroom is not None:
+            to_slo = answer.slo_headroom
+            out["slo_headroom"] = {
+                "outcome": to_slo.bracket.outcome,
+                "meets_up_to_rate_x": to_slo.bracket.meets,
+                "misses_at_rate_x": to_slo.bracket.misses,
+                "evaluated": {f"{k:g}": p.decision for k, p in sorted(to_slo.points.items())},
+            }
         out["slo"] = slo_json(chosen, plan.confidence)
     return out
 
@@ -177,6 +191,14 @@ def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Tab
         for k, summary in sorted(answer.headroom.items()):
             assert answer.replicas is not None
             add(answer, f"headroom rate x{k:g}", answer.replicas, 0, summary, None)
+        to_slo = answer.slo_headroom
+        if to_slo is None:
+            continue
+        for (k, r), summary in sorted(to_slo.seen.items()):
+            assert answer.replicas is not None
+            at = to_slo.points.get(k)
+            decided = at.decision if at is not None and r < at.replications else None
+            add(answer, f"headroom to SLO rate x{k:g}", answer.replicas, r, summary, decided)
     taken = {name for head, _, rest in rows for name in (*head, *rest)}
     column = {key: f"config.{key}" if key in taken else key for key in grid_keys}
     whole = [
@@ -230,6 +252,15 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
                 f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate, not at x{at:.3g}"
                 if at
                 else f"stable up to x{room['stable_up_to_rate_x']:.3g} the rate (no knee found)"
+            )
+        to_slo = c.get("slo_headroom")
+        if to_slo:
+            met, missed = to_slo["meets_up_to_rate_x"], to_slo["misses_at_rate_x"]
+            extras.append(
+                f"an SLO missed already at x{missed:.3g} the rate"
+                if met is None
+                else f"every SLO met up to x{met:.3g} the rate"
+                + (f", missed at x{missed:.3g}" if missed else " (no miss that far)")
             )
         if extras:
             lines.append("       what-if: " + "; ".join(extras))

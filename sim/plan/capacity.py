@@ -79,13 +79,18 @@ def fleet_capacity(
     plan: PlanConfig,
     replicas: int,
     say: Callable[[str], None] = lambda line: None,
+    candidate: Sequence[str] = (),
+    interval: bool = True,
 ) -> Capacity:
-    """The search (module docstring), from a search thread of ``sims.rounds``; ``say``
-    gets a line per multiple decided."""
+    """The search (module docstring) for the fleet of ``replicas`` (with a plan's
+    ``candidate`` overrides: a cheapest-fleet answer's headroom to the SLO), from a search
+    thread of ``sims.rounds``; ``say`` gets a line per multiple decided. Without
+    ``interval``, no replication's own capacity is searched."""
     capacity = Capacity(replicas, Bracket(None, None, MISSES_AT_LOWEST), {})
 
     def runs(k: float, replications: list[int]) -> list[dict[str, Any]]:
-        found = sims.summaries([f"sim.arrival_rate_scale={k:g}"], replicas, replications)
+        extra = [*candidate, f"sim.arrival_rate_scale={k:g}"]
+        found = sims.summaries(extra, replicas, replications)
         capacity.seen.update({(k, r): s for r, s in zip(replications, found, strict=True)})
         return found
 
@@ -113,7 +118,7 @@ def fleet_capacity(
 
     capacity.bracket = search(meets)
     chosen = capacity.chosen
-    if capacity.bracket.outcome == FOUND and chosen is not None:
+    if interval and capacity.bracket.outcome == FOUND and chosen is not None:
         capacity.own = sims.rounds.parallel([partial(own, r) for r in range(chosen.replications)])
     return capacity
 
@@ -240,8 +245,9 @@ def capacity_text(plan_json: dict[str, Any]) -> str:
         )
     else:
         lines.append(
-            f"  {_num(c['requests_per_s'])} requests/s ({rate(c['rate_x'])}): found, it misses at "
-            f"x{c['misses_at_rate_x']:.4g} (plan.rate_tolerance={c['rate_tolerance']:g})"
+            f"  found: {_num(c['requests_per_s'])} requests/s, x{c['rate_x']:.4g} the config's "
+            f"rate; it misses at x{c['misses_at_rate_x']:.4g} (plan.rate_tolerance="
+            f"{c['rate_tolerance']:g})"
         )
     lines.append(
         f"  tokens/s at it: {_num(c['input_tokens_per_s'])} input, "

@@ -89,9 +89,12 @@ def prepare(overrides: list[str]) -> Prepared:
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
     if plan.solve == MAX_RATE:
         return _prepare_capacity(plan, base, cfg, seed)
-    if cfg["workload"].get("kind") == "closed_loop" and (plan.rate_scales or plan.max_headroom):
+    closed = cfg["workload"].get("kind") == "closed_loop"
+    if closed and (plan.rate_scales or plan.max_headroom or plan.slo_headroom):
         # no arrival rate to scale: the clients send as requests end
-        plan = plan.model_copy(update={"rate_scales": [], "max_headroom": None})
+        plan = plan.model_copy(
+            update={"rate_scales": [], "max_headroom": None, "slo_headroom": False}
+        )
     folder = _folder(plan)
     each = every_candidate(plan.grid, plan.candidates)
     # every candidate's overrides checked and composed before any simulation runs

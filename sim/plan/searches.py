@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from sim.plan.answer import Answer, answer_json, rows_table, write_plan
+from sim.plan.capacity import fleet_capacity
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, RefusedRun, Simulations
@@ -28,9 +29,10 @@ def plan_candidate(
     plan: PlanConfig,
     fewest: int = 1,
 ) -> Answer:
-    """The search for one candidate, then its what-ifs and headroom at the answer, side by
-    side (runs in a search thread of ``sim.plan.rounds``). ``fewest``: the fewest replicas
-    its fleet can have (``fewest_replicas``); no search asks for fewer."""
+    """The search for one candidate, then its what-ifs and headrooms (to the knee, to the
+    SLO) at the answer, side by side (runs in a search thread of ``sim.plan.rounds``).
+    ``fewest``: the fewest replicas its fleet can have (``fewest_replicas``); no search asks
+    for fewer."""
 
     def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
         def point(replicas: int) -> Point:
@@ -86,13 +88,21 @@ def plan_candidate(
     if plan.max_headroom is not None:
         most = plan.max_headroom
         searches.append(partial(_unless_refused, lambda: _headroom(candidate, found, sims, most)))
+    if plan.slo_headroom:
+        to_slo = partial(
+            fleet_capacity, sims, constraints, plan, found, candidate=candidate, interval=False
+        )
+        searches.append(partial(_unless_refused, to_slo))
     results = sims.rounds.parallel(searches)
     # a what-if its candidate cannot run (a rate what-if of a closed-loop candidate) is left out
     answer.whatifs = {
         name: found for name, found in zip(whatifs, results, strict=False) if found is not None
     }
+    rest = results[len(scaled) :]
     if plan.max_headroom is not None:
-        answer.headroom = results[-1] or {}
+        answer.headroom = rest.pop(0) or {}
+    if plan.slo_headroom:
+        answer.slo_headroom = rest.pop(0)
     return answer
 
 

@@ -65,6 +65,10 @@ class PlanConfig(StrictModel):
     # the headroom: the rate multiple at which the chosen fleet stops being stable (the knee),
     # searched up to this multiple (null: not searched)
     max_headroom: Annotated[float, Field(gt=1)] | None = None
+    # the headroom to the SLO: at each cheapest-fleet answer, the highest rate multiple at which
+    # the chosen fleet still meets every SLO (max_rate's search, within its factors and
+    # tolerance, without the interval); false: not searched
+    slo_headroom: bool = False
     # the first replication's seed (then seed + 1, ...); null: the config's seed
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan

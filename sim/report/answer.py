@@ -208,6 +208,13 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
             f"Headroom: stable up to {_num(up)}x the rate"
             + (f", not at {_num(past)}x." if past else " (no knee found that far).")
         )
+    to_slo = best.get("slo_headroom")
+    if to_slo and to_slo.get("meets_up_to_rate_x") is not None:
+        missed = to_slo.get("misses_at_rate_x")
+        sentences.append(
+            f"Headroom to the SLO: every SLO met up to {_num(to_slo['meets_up_to_rate_x'])}x "
+            "the rate" + (f", missed at {_num(missed)}x." if missed else " (none missed).")
+        )
     if len(feasible) > 1:
         runner = feasible[1]
         more = runner["usd_per_hour"] / best["usd_per_hour"] - 1

@@ -206,6 +206,12 @@ CANDIDATE_SHAPE = {
     "verdicts": [TEXT],
     "whatifs": MAPPING,
     "headroom": MAPPING,
+    "slo_headroom": {
+        "outcome": TEXT,
+        "meets_up_to_rate_x": NUMBER,
+        "misses_at_rate_x": NUMBER,
+        "evaluated": MAPPING,
+    },
     "slo": {},  # each SLO's interval, by its text
 }
 INTERVAL_SHAPE = {"mean": NUMBER, "ci_low": NUMBER, "ci_high": NUMBER}

@@ -14,6 +14,7 @@ import pytest
 
 from sim.cli import run_hydra
 from sim.config.compose import compose_config
+from sim.output.summary_table import _num
 from sim.plan.capacity import capacity_json, fleet_capacity
 from sim.plan.planner import load_plan, run_plan
 from sim.plan.planner import main as plan_main
@@ -28,7 +29,7 @@ from sim.plan.rounds import Rounds
 from sim.plan.runs import RUNS_FOLDER, Simulations
 from sim.plan.slo import parse
 from sim.run import simulate
-from tests.support import REPO_ROOT
+from tests.support import NO_WHATIFS, REPO_ROOT
 
 
 @pytest.mark.parametrize("threshold", [1.0, 1.3, 2.7, 7.99, 0.3, 0.07])
@@ -66,9 +67,8 @@ def md1_capacity(step_s: float, mean_wait_s: float) -> float:
     return 2 * mean_wait_s / (step_s + 2 * mean_wait_s) / step_s
 
 
-# one request a step: one server, a constant 10 ms step, one-token outputs
+# one request a step: a constant 10 ms step, one-token outputs (one server: fleet.replicas=1)
 MD1 = [
-    "fleet.replicas=1",
     "step_time=constant",
     "step_time.seconds=0.01",
     "scheduler.max_num_seqs=1",
@@ -88,7 +88,9 @@ def test_the_capacity_of_an_md1_server_is_the_formulas_rate():
     step, wait, qps = 0.01, 0.005, 40.0
     truth = md1_capacity(step, wait)
     assert truth == pytest.approx(50.0)
-    cfg = compose_config([*MD1, "workload.num_requests=10000", f"workload.qps={qps}"])
+    cfg = compose_config(
+        [*MD1, "fleet.replicas=1", "workload.num_requests=10000", f"workload.qps={qps}"]
+    )
 
     def launch(jobs):  # each job the composed config at its seed and rate (no Hydra per job)
         out = []
@@ -127,6 +129,7 @@ def main(argv: list[str]) -> int:
 # a small M/D/1 capacity plan: a mean TTFT of 30 ms is rho = 0.8 (80 requests/s)
 SMALL = [
     *MD1,
+    "fleet.replicas=1",
     "workload.num_requests=600",
     "workload.qps=50",
     "plan.solve=max_rate",
@@ -159,7 +162,7 @@ def test_the_command_prints_the_capacity_and_writes_its_plan(capacity_plan):
     assert c["input_tokens_per_s"] == pytest.approx(16 * c["requests_per_s"], rel=0.05)
     assert [e["rate_x"] for e in c["evaluated"]] == sorted(e["rate_x"] for e in c["evaluated"])
     assert printed.startswith("capacity of the fleet as given (1 replica(s)) at every SLO")
-    assert f"(x{c['rate_x']:.4g} the config's rate" in printed and ": found, it misses" in printed
+    assert f"  found: {_num(c['requests_per_s'])} requests/s, x{c['rate_x']:.4g} the " in printed
     # the output reference names every key of the capacity plan's plan.json
     page = (REPO_ROOT / "docs" / "reference" / "outputs.md").read_text().splitlines()
     row = next(line for line in page if line.startswith("| `plan.json` of a capacity plan"))
@@ -218,3 +221,38 @@ def test_bad_capacity_input_is_one_line(capsys, argv, starts):
     assert main(["workload=poisson", "workload.num_requests=20", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(starts) and err.count("\n") == 1, err
+
+
+def test_the_headroom_to_the_slo_is_where_each_md1_replica_meets_it(tmp_path):
+    """120 requests/s over random routing to replicas of one request per 10 ms step, mean TTFT
+    within 20 ms (the wait within 10 ms): each replica an M/D/1 queue, 2 replicas (60
+    requests/s each, rho = 0.6: TTFT 17.5 ms). Each meets the bound up to rho = 2/3: 133
+    requests/s in all, x1.111 the rate."""
+    _, plan_json = run_plan(
+        [
+            *MD1,
+            "router=random",
+            "workload.num_requests=4000",
+            "workload.qps=120",
+            "plan.slo=[ttft_s.mean <= 0.02]",
+            "plan.max_replicas=8",
+            "plan.max_replications=4",
+            "plan.slo_headroom=true",
+            "plan.rate_tolerance=0.05",
+            "plan.jobs=1",
+            f"plan.output_dir={tmp_path}",
+            *NO_WHATIFS,
+        ],
+        progress=False,
+    )
+    (answer,) = plan_json["candidates"]
+    assert answer["replicas"] == 2
+    room = answer["slo_headroom"]
+    truth = md1_capacity(0.01, 0.01) * 2 / 120
+    assert room["outcome"] == FOUND
+    assert room["misses_at_rate_x"] <= room["meets_up_to_rate_x"] * 1.05
+    error = 0.03  # the simulation's (test_the_capacity_of_an_md1_server_is_the_formulas_rate)
+    assert room["meets_up_to_rate_x"] <= truth * (1 + error)
+    assert room["misses_at_rate_x"] >= truth * (1 - error)
+    scenarios = set(pq.read_table(tmp_path / "plan.parquet").column("scenario").to_pylist())
+    assert {f"headroom to SLO rate x{k}" for k in room["evaluated"]} <= scenarios

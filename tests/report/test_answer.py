@@ -120,6 +120,12 @@ def test_a_plan_answers_with_the_cheapest_feasible_candidate_and_its_intervals()
         ],
     }
     text = plan_answer(PlanInput(Path("p"), plan, None, None), None)
+    # with plan.slo_headroom: the headroom to the SLO beside the knee's
+    plan["candidates"][1]["slo_headroom"] = {"meets_up_to_rate_x": 1.2, "misses_at_rate_x": 1.25}
+    assert plan_answer(PlanInput(Path("p"), plan, None, None), None) == text.replace(
+        "not at 1.7x.",
+        "not at 1.7x. Headroom to the SLO: every SLO met up to 1.2x the rate, missed at 1.25x.",
+    )
     assert text == (
         "Buy 2 replica(s) of hardware=h100_sxm (candidate hardware=h100_sxm): $5.98/hour, "
         "$2.99 per million output tokens, the cheapest of the 2 of 3 candidate(s) that meet "
