@@ -57,3 +57,14 @@ QUICK_DAY_PLAN = [
     "plan.max_replications=2",
     "plan.day.periods=2",
 ]
+# An M/D/1 queue per replica: one request a constant 10 ms step (16-token prompts, one output
+# token), Poisson arrivals; add the rate, the count and the replicas (a plan searches them).
+MD1 = [
+    "step_time=constant",
+    "step_time.seconds=0.01",
+    "scheduler.max_num_seqs=1",
+    "workload=poisson",
+    "workload.prompt_tokens=16",
+    "workload.output_tokens=1",
+    "sim.progress=false",
+]

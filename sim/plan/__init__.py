@@ -11,6 +11,8 @@ highest rate a fleet serves within them), with the uncertainty of each figure.
   resumes), and the local launcher;
 - ``answer``: what a plan found per candidate, as ``plan.json``, ``plan.parquet`` rows and the
   ranked table;
+- ``files``: how a plan writes ``plan.json`` (a point's SLO statistics) and ``plan.parquet`` (a
+  simulation's columns), each file whole;
 - ``candidates``: what a plan searches: the grid's combinations, the keys the planner sets
   itself, each candidate's fewest replicas (a disaggregated fleet's prefill pool plus one);
 - ``settings``: the plan's settings (``plan.*``, a day plan's ``plan.day.*``) and a plan

@@ -7,20 +7,17 @@ fleet's pools each at its own GPU's price."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sim.output.summary_table import _num
+from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
 from sim.plan.settings import PlanConfig
-from sim.sweeps.runs import flatten
 
-if TYPE_CHECKING:  # (sim.plan.capacity writes its plan with this module's helpers)
+if TYPE_CHECKING:  # (an answer's headroom to the SLO is a capacity search's result)
     from sim.plan.capacity import Capacity
 
 
@@ -129,39 +126,6 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
     return out
 
 
-def slo_json(point: Point, confidence: float) -> dict[str, dict[str, float | None]]:
-    """Each SLO statistic of ``point`` by its constraint's text: its bound, and the mean and
-    ``confidence`` interval over the point's replications (None while one lacks it)."""
-    out: dict[str, dict[str, float | None]] = {}
-    for stat in point.statistics:
-        found = stat.interval(confidence)
-        out[str(stat.constraint)] = {
-            "bound": stat.constraint.bound,
-            "mean": None if found is None else found[0],
-            "ci_low": None if found is None else found[1],
-            "ci_high": None if found is None else found[2],
-        }
-    return out
-
-
-def simulation_columns(
-    replicas: int, replication: int, seed: int, summary: dict[str, Any], decision: str | None
-) -> dict[str, Any]:
-    """A ``plan.parquet`` row after its candidate, scenario and grid columns: the replica
-    count, replication, its seed, the point's decision and every summary number flattened as
-    ``fleetcast collect`` does."""
-    rest: dict[str, Any] = {
-        "replicas": replicas,
-        "replication": replication,
-        "seed": seed,
-        "decision": decision,
-    }
-    for name, value in flatten(summary, keep_lists=False).items():
-        if isinstance(value, (int, float, str)) or value is None:
-            rest[name] = value
-    return rest
-
-
 def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Table:
     """``plan.parquet``: one row per simulation. A ``plan.grid`` key's column holds the text of
     its override; where the key is also another column's name (a summary key:
@@ -207,18 +171,6 @@ def rows_table(answers: list[Answer], seed: int, grid_keys: list[str]) -> pa.Tab
     ]
     names = list(dict.fromkeys(name for row in whole for name in row))  # every column, in order
     return pa.Table.from_pylist([{name: row.get(name) for name in names} for row in whole])
-
-
-def write_plan(folder: Path, table: pa.Table, plan_json: dict[str, Any]) -> None:
-    """``plan.parquet`` (``table``) and then ``plan.json`` into ``folder``, each written whole
-    (a partial file renamed into place): a plan.json there means the plan finished."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / ".plan.parquet.partial"
-    pq.write_table(table, tmp)
-    tmp.replace(folder / "plan.parquet")
-    tmp = folder / ".plan.json.partial"
-    tmp.write_text(json.dumps(plan_json, indent=1) + "\n")
-    tmp.replace(folder / "plan.json")
 
 
 def ranked_table(plan_json: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from sim.output.summary_table import _num
-from sim.plan.answer import simulation_columns, slo_json, write_plan
+from sim.plan.files import simulation_columns, slo_json, write_plan
 from sim.plan.rate_search import (
     FOUND,
     MEETS_AT_HIGHEST,

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from sim.plan.answer import Answer, answer_json, rows_table, write_plan
+from sim.plan.answer import Answer, answer_json, rows_table
 from sim.plan.capacity import fleet_capacity
+from sim.plan.files import write_plan
 from sim.plan.replications import Point, evaluate
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, RefusedRun, Simulations

@@ -29,6 +29,7 @@ from sim.plan.rounds import Rounds
 from sim.plan.runs import RUNS_FOLDER, Simulations
 from sim.plan.slo import parse
 from sim.run import simulate
+from tests.scenarios import MD1
 from tests.support import NO_WHATIFS, REPO_ROOT
 
 
@@ -65,18 +66,6 @@ def md1_capacity(step_s: float, mean_wait_s: float) -> float:
     the mean wait in queue within ``mean_wait_s``: Pollaczek-Khinchine for M/D/1,
     W_q = rho D / (2 (1 - rho)), solved for rho = 2 W / (D + 2 W), over D."""
     return 2 * mean_wait_s / (step_s + 2 * mean_wait_s) / step_s
-
-
-# one request a step: a constant 10 ms step, one-token outputs (one server: fleet.replicas=1)
-MD1 = [
-    "step_time=constant",
-    "step_time.seconds=0.01",
-    "scheduler.max_num_seqs=1",
-    "workload=poisson",
-    "workload.prompt_tokens=16",
-    "workload.output_tokens=1",
-    "sim.progress=false",
-]
 
 
 def test_the_capacity_of_an_md1_server_is_the_formulas_rate():

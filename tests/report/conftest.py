@@ -250,14 +250,19 @@ PLAN = [
 ]
 
 
+def planned(factory: pytest.TempPathFactory, name: str, overrides: list[str]) -> Path:
+    """The plan of ``overrides`` (``run_plan``) in a new folder: the folder."""
+    from sim.plan.planner import run_plan
+
+    folder = factory.mktemp(name) / "p"
+    run_plan([*overrides, f"plan.output_dir={folder}"], progress=False)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def plan_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny plan: one M/D/1-like candidate searched over 1, 2 replicas, with its headroom."""
-    from sim.plan.planner import run_plan
-
-    folder = tmp_path_factory.mktemp("plan") / "p"
-    run_plan([*PLAN, f"plan.output_dir={folder}"], progress=False)
-    return folder
+    return planned(tmp_path_factory, "plan", PLAN)
 
 
 @pytest.fixture(scope="session")

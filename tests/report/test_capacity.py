@@ -12,20 +12,16 @@ import pytest
 
 from sim.report import capacity, command
 from sim.report.capacity import capacity_answer
-from tests.report.conftest import keep_drawings
+from tests.report.conftest import keep_drawings, planned
 from tests.report.test_command import report
+from tests.scenarios import MD1
 
 # an M/D/1 server (one request a 10 ms step) at 50 requests/s and up; a small, coarse search
 PLAN = [
+    *MD1,
     "fleet.replicas=1",
-    "step_time=constant",
-    "step_time.seconds=0.01",
-    "scheduler.max_num_seqs=1",
-    "workload=poisson",
     "workload.num_requests=300",
     "workload.qps=50",
-    "workload.prompt_tokens=16",
-    "workload.output_tokens=1",
     "plan.solve=max_rate",
     "plan.slo=[ttft_s.mean <= 0.03, ttft_s.p99 <= 0.2]",
     "plan.rate_tolerance=0.2",
@@ -36,11 +32,7 @@ PLAN = [
 
 @pytest.fixture(scope="module")
 def capacity_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from sim.plan.planner import run_plan
-
-    folder = tmp_path_factory.mktemp("capacity") / "plan"
-    run_plan([*PLAN, f"plan.output_dir={folder}"], progress=False)
-    return folder
+    return planned(tmp_path_factory, "capacity", PLAN)
 
 
 def test_a_capacity_plan_reports_its_capacity_against_load(capacity_folder, monkeypatch):
