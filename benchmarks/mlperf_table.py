@@ -24,8 +24,9 @@ submission, all read as text:
   ``weight_data_types`` (the precision the submitter declared), and, where that says only
   "fp16" with a quantization transform (TensorRT-LLM submissions built from NVIDIA's code), the
   format the submitter's own code README for the benchmark quantizes to (its quantization
-  command's ``--qformat``, or the "FP8 quantized model" it ships), unless the system is a "preview" one (built from private code the README does not
-  describe); otherwise the precision is "unstated".
+  command's ``--qformat``, or the "FP8 quantized model" it ships), unless the system is a
+  "preview" one (built from private code the README does not describe); otherwise the
+  precision is "unstated".
 """
 
 from __future__ import annotations
@@ -233,7 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         tree = Tree.open(Path(git_dir))
         found = rows_of(round_name, tree, skipped)
         print(f"{round_name} @ {tree.commit}: {len(found)} rows; left out: {dict(skipped)}")
-        print("  " + ", ".join(f"{b} {n}" for b, n in sorted(Counter(r["benchmark"] for r in found).items())))
+        print(
+            "  "
+            + ", ".join(
+                f"{b} {n}" for b, n in sorted(Counter(r["benchmark"] for r in found).items())
+            )
+        )
         rows += found
     text = render(rows)
     if args.check:

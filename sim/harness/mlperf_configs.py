@@ -68,7 +68,14 @@ SCHEDULERS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 # a row's precision -> precision.weights (configs/precision: bf16, fp16, fp8, fp4)
-WEIGHTS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}
+WEIGHTS = {
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp8": "fp8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
+    "mxfp4": "fp4",
+}
 # GPUs with FP4 tensor cores (Blackwell): the only ones configs/precision lets run fp4 weights
 FP4_HARDWARE = ("b200", "gb200")
 
@@ -106,17 +113,20 @@ def _hardware(row: ServerResult, reasons: list[str], notes: list[str]) -> str | 
                 reasons.append(f"configs/hardware/{name}.yaml is missing")
                 return None
             if name == "h200" and CTS.search(row.accelerator):
-                notes.append("H200-CTS runs at a 1,000 W TGP; configs/hardware/h200 is the 700 W part")
+                notes.append(
+                    "H200-CTS runs at a 1,000 W TGP; configs/hardware/h200 is the 700 W part"
+                )
             return name
     reasons.append(f"no GPU in configs/hardware matches {row.accelerator!r}")
     return None
 
 
 def _scheduler(row: ServerResult, reasons: list[str]) -> str | None:
-    named = f"{row.framework} {row.system_name}"
-    for pattern, name in SCHEDULERS:
-        if pattern.search(named):
-            return name
+    # the framework first: a system name may keep an engine's name its software no longer runs
+    for named in (row.framework, row.system_name):
+        for pattern, name in SCHEDULERS:
+            if pattern.search(named):
+                return name
     reasons.append(
         f"the software ({row.framework!r}) is none Fleetcast schedules (trtllm, vllm, sglang)"
     )
