@@ -45,10 +45,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sim.harness.mlperf import (  # noqa: E402  (the checkout's own package, after the path)
+from sim.errors import ConfigError  # noqa: E402  (the checkout's own package, after the path)
+from sim.harness.mlperf import (  # noqa: E402
     BENCHMARKS,
     COLUMNS,
     LAST_ROUND,
+    load_results,
     round_key,
 )
 
@@ -228,8 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, str]] = []
     for spec in args.trees:
         round_name, _, git_dir = spec.partition("=")
-        if round_key(round_name) > round_key(LAST_ROUND):
+        try:
+            held_out = round_key(round_name) > round_key(LAST_ROUND)
+        except ConfigError as err:
+            parser.error(str(err))
+        if held_out:
             parser.error(f"{round_name}: rounds after {LAST_ROUND} are held out")
+        if not (Path(git_dir) / "HEAD").is_file():
+            parser.error(f"{git_dir!r} is not a git directory (a bare clone or a .git folder)")
         skipped: Counter = Counter()
         tree = Tree.open(Path(git_dir))
         found = rows_of(round_name, tree, skipped)
@@ -247,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the shipped table matches" if same else f"{args.out} differs from the rebuilt table")
         return 0 if same else 1
     args.out.write_text(text)
+    load_results(args.out)  # every cell as the loader checks it
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0
 
