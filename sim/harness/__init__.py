@@ -14,7 +14,11 @@ simulated run with one.
 - ``simulated``: a simulated run's figures in a harness's definitions;
 - ``compare``: ``fleetcast compare RUN_DIR FILE``, the two side by side;
 - ``bench``: ``fleetcast bench``'s harness flags (onto ``workload=bench``) and its report in a
-  harness's names and definitions (``sim.cli`` runs the simulation).
+  harness's names and definitions (``sim.cli`` runs the simulation);
+- ``mlperf``: MLPerf Inference Server results and each benchmark's bounds and dataset, the
+  shipped tables (``data/mlperf/``) read and checked;
+- ``mlperf_configs``: an MLPerf result as Fleetcast config names, or the reasons it cannot be
+  simulated.
 
 May import: the basics (``sim.errors``, ``sim.resources``, ``sim.arrow_numpy``) and
 ``sim.output.run_files`` (the files of a run folder). A harness file and a run folder are read as

@@ -56,6 +56,7 @@ def test_catalogs_are_complete():
     ]
     assert [p.stem for p in MODEL_FILES] == [
         "hf",
+        "llama2_70b",
         "llama2_7b",
         "llama31_70b",
         "llama31_8b",

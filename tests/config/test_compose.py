@@ -19,6 +19,7 @@ from tests.support import compose
 # Options that need more than the defaults to fit or to run briefly.
 EXTRA = {
     ("model", "llama31_70b"): ["fleet.tp=4"],
+    ("model", "llama2_70b"): ["fleet.tp=4"],
     ("model", "mixtral_8x7b"): ["fleet.tp=2"],
     ("model", "qwen25_32b"): ["fleet.tp=2"],
     ("workload", "trace"): ["workload.path=shipped:traces/azure_llm_2023_conv.parquet"],
