@@ -215,7 +215,11 @@ class DisaggregatedFleet(FleetShape):
         summary["disaggregation"] = pools = disaggregation_summary(
             self, step_log.pool_totals, column, summary["duration_s"]
         )
-        if pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]:
+        tiered = "per_tier" in summary["cost"]  # (its price source is then the pools' mixes)
+        if (
+            not tiered
+            and pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]
+        ):
             # the fleet's $/GPU-hour is then a mean over GPUs of two prices
             summary["cost"]["price_source"] = (
                 "each pool's GPUs at their own price (disaggregation.*.usd_per_gpu_hour)"

@@ -93,9 +93,9 @@ def tier_price(cost: CostConfig, gpu: GPU, tier: str, field: str) -> tuple[float
     raise ConfigError(
         field,
         tier,
-        f"the price table lists no {tier} price for {gpu.name}: set "
-        f"cost.prices.{gpu.name}.{tier}=<$/GPU-hour>, or pick a price list that has one "
-        "(cost=gcp)",
+        f"the price list (cost=...) has no {tier} price for {gpu.name}: give yours as "
+        f"cost.prices.{gpu.name}.{tier}=<$/GPU-hour>, choose a list that has one, or leave "
+        "the tier out",
     )
 
 
