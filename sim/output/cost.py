@@ -29,6 +29,13 @@ table ``cost.prices[gpu name][cost.tier]`` when a tier is chosen and the table l
 hardware catalog's ``usd_per_gpu_hour`` (its on-demand list price, or your
 ``hardware.usd_per_gpu_hour=`` override). ``price_source`` in the output names the one used.
 
+A fleet bought at price tiers (``fleet.tiers``, a pool's ``tiers``: ``sim.config.tiers``)
+pays each replica's GPUs its tier's price instead (``tier_price``): the table's, or for
+``on_demand`` of a GPU the table does not list the catalog's own price. A tier the table gives
+no price for on that GPU is refused, never guessed, and so is a single price
+(``cost.usd_per_gpu_hour``, ``cost.tier``) beside a mix. The block then adds ``per_tier``, each
+tier's replicas, GPUs and bill, adding up to the fleet's.
+
 Energy (optional): each GPU draws ``idle_power_fraction × TDP`` when idle and its TDP when busy,
 linear in between in the replicas' busy fraction (the share of the span its replica was running
 steps); ``pue`` adds the datacenter's cooling and power-delivery overhead. It is reported beside
@@ -37,7 +44,8 @@ cloud prices already include power; it matters when the GPU price is an owned, a
 
 Left out: per-second vs per-hour billing granularity, minimum reservation sizes, host CPU,
 memory, storage and network egress, the power of the rest of the server (only the GPUs' TDP is
-counted), and spot preemptions. A fleet that scales (``autoscale``) is billed for the GPUs it
+counted), and spot interruptions (a spot replica is priced as spot and serves like any
+other). A fleet that scales (``autoscale``) is billed for the GPUs it
 held, moment by moment.
 """
 
