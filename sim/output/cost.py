@@ -182,7 +182,7 @@ def fleet_cost(
     """
     usd_per_gpu_hour, tier, source = gpu_price(cost, gpu)
     if per_tier is not None:  # (its $/GPU-hour is the bill's, from ``billed``)
-        tier, source = _tier_name(per_tier), tiers_source
+        tier, source = _tier_name(per_tier), tiers_source or source
     usd_per_hour = num_gpus * usd_per_gpu_hour
     mean_gpus: float = num_gpus
     if billed is not None:
