@@ -279,6 +279,8 @@ def _summary(
         paced_by_client=workload.concurrency is not None,
         scaling=priced.scaling,
         billed=priced.billed,
+        per_tier=priced.per_tier,
+        tiers_source=priced.tiers_source,
     )
     fleet.add_to_summary(summary, step_log, requests.column)
     if workload.notes:  # how the workload was built, where a reader must know (a day

@@ -11,7 +11,8 @@ TPOT and ITL follow their definitions; a rejected request has no token and says 
 ``reject_reason``, counted in ``rejected_by_reason``), no other request has a reason; steps of a
 replica never overlap and last > 0 s; KV blocks in use never exceed the pool; every output token
 after the first came from a decode step and every prompt token of a completed request was
-prefilled. A run whose steps are bucketed (``output.steps=bucketed``) keeps the step invariants
+prefilled; a fleet bought at price tiers has tiers that add up to its replicas, GPUs and
+bill. A run whose steps are bucketed (``output.steps=bucketed``) keeps the step invariants
 that survive summing: token counts, the step count, KV peaks within the pool; with
 ``output.steps=none`` there are no step rows to check.
 """
@@ -205,6 +206,16 @@ def table_problems(
             bad.append("autoscale.gpu_hours above the peak GPUs over the span")
     elif abs(cost["usd_per_hour"] - summary["num_gpus"] * cost["usd_per_gpu_hour"]) > 1e-9:
         bad.append("cost.usd_per_hour != num_gpus x usd_per_gpu_hour")
+    tiers = cost.get("per_tier")
+    if tiers is not None:  # a fleet bought at price tiers: the tiers make up the fleet and bill
+        if sum(t["replicas"] for t in tiers.values()) != summary["num_replicas"]:
+            bad.append("cost.per_tier replicas do not add up to num_replicas")
+        if sum(t["gpus"] for t in tiers.values()) != summary["num_gpus"]:
+            bad.append("cost.per_tier gpus do not add up to num_gpus")
+        if abs(sum(t["usd_per_hour"] for t in tiers.values()) - cost["usd_per_hour"]) > 1e-9 * (
+            1 + cost["usd_per_hour"]
+        ):
+            bad.append("cost.per_tier usd_per_hour do not add up to cost.usd_per_hour")
     return bad
 
 

@@ -252,6 +252,7 @@ SUMMARY_RUNS = {
         "workload.num_sessions=5",
     ],
     "disaggregated": ["workload.num_requests=20", "placement=disaggregated"],
+    "price tiers": ["workload.num_requests=20", "fleet.tiers={reserved: 1, on_demand: rest}"],
     "autoscaled": ["workload.num_requests=20", "autoscale.policy=utilization"],
     "speculative decoding": ["workload.num_requests=20", "spec_decode.num_draft_tokens=3"],
     "two models, energy, rejections": [
@@ -270,6 +271,7 @@ def _family(key: str) -> str:
     key = re.sub(rf"_s\.({'|'.join(STATS)})$", "_s.<stat>", key)  # a distribution of seconds
     key = re.sub(r"^disaggregation\.(prefill|decode)\.", "disaggregation.<pool>.", key)
     key = re.sub(r"^autoscale\.engines\.[^.]+\.", "autoscale.engines.<engine>.", key)
+    key = re.sub(r"^cost\.per_tier\.[^.]+\.", "cost.per_tier.<tier>.", key)
     return re.sub(r"^rejected_by_reason\..+$", "rejected_by_reason.<reason>", key)
 
 

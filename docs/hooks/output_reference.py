@@ -106,9 +106,11 @@ SUMMARY = {
     "kv_utilization.max": "peak KV use, a fraction of the pool",
     "gpu_busy_fraction": "the share of the run the GPUs spent in steps",
     "cost.usd_per_gpu_hour": "the $/GPU-hour used",
-    "cost.tier": "`on_demand`, `reserved`, `spot`, or null (the catalog's price)",
+    "cost.tier": "`on_demand`, `reserved` (1 year), `reserved_3y`, `spot`, or null (the "
+    "catalog's price); with price tiers, the fleet's one tier or `mixed`",
     "cost.price_source": "which setting gave the price (`hardware.usd_per_gpu_hour`, "
-    "`cost.usd_per_gpu_hour`, `cost.prices...`)",
+    "`cost.usd_per_gpu_hour`, `cost.prices...`; with price tiers, the mix's key: "
+    "`fleet.tiers`, or the pools' `placement.prefill.tiers, placement.decode.tiers`)",
     "cost.usd_per_hour": "what the fleet costs per hour",
     "cost.usd_per_hour_with_energy": "the same with electricity (equal without `cost.energy`)",
     "cost.usd_per_million_output_tokens": "$ per million output tokens at the run's throughput",
@@ -116,6 +118,13 @@ SUMMARY = {
     "cost.usd_per_thousand_good_requests": "$ per thousand requests that met the SLO",
     "cost.gpu_hours_per_day": "GPU-hours a day at `cost.requests_per_day` (null: not set)",
     "cost.energy": "null unless `cost.energy.enabled`",
+    "cost.per_tier.<tier>.replicas": "*with price tiers* (`fleet.tiers`, "
+    "`placement.*.tiers`): the replicas bought at that tier",
+    "cost.per_tier.<tier>.gpus": "their GPUs",
+    "cost.per_tier.<tier>.usd_per_gpu_hour": "the tier's $/GPU-hour (a mean over GPUs when "
+    "the pools' GPUs differ)",
+    "cost.per_tier.<tier>.usd_per_hour": "what that tier's replicas cost per hour; the tiers "
+    "add up to `cost.usd_per_hour`",
     "cost.energy.kw_per_gpu": "average power per GPU, kW (PUE included)",
     "cost.energy.kwh_per_hour": "the fleet's energy per hour, kWh",
     "cost.energy.usd_per_hour": "its price per hour",
@@ -266,7 +275,8 @@ def render() -> str:
         "",
         f"Keys flattened with dots, as `fleetcast collect` names its columns. `<stat>` is each of "
         f"{stats}; `<pool>` is `prefill` and `decode`; `<engine>` each engine configuration of "
-        "an autoscaled fleet (`base` first); `<reason>` a rejection reason. The `prefix_cache`, "
+        "an autoscaled fleet (`base` first); `<reason>` a rejection reason; `<tier>` a price "
+        "tier of the fleet (`on_demand`, `reserved`, `reserved_3y`, `spot`). The `prefix_cache`, "
         "`spec_decode`, `autoscale` and `disaggregation` blocks are there only in runs that "
         "use them.",
         "",

@@ -8,6 +8,8 @@
 - ``autoscale``: the ``autoscale`` group's shape (a fleet whose size changes) and the checks
   across its fields;
 - ``speculation``: the ``spec_decode`` group's shape (speculative decoding; off by default);
+- ``tiers``: price tiers (``fleet.tiers``, a pool's ``tiers``): the tier names, a mix's
+  replica counts resolved against a fleet's size;
 - ``validation``: the layer the schema is built from (pydantic, strict), and its errors said in
   one line naming the field and the value;
 - ``build``: a ``_target_`` node to its object, options checked against the class's signature;

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.autoscale import AutoscaleConfig
 from sim.config.speculation import SpecDecodeConfig
+from sim.config.tiers import TierMix
 from sim.config.validation import (
     INT32_MAX,
     MAX_REPLICAS,
@@ -230,6 +231,7 @@ class FleetConfig(StrictModel):
     pp: Annotated[Int, Field(ge=1, le=1024)] = 1
     ep: Annotated[Int, Field(ge=1, le=1024)] = 1
     pp_microbatches: Annotated[Int, Field(ge=1, le=1024)] | None = None  # null: pp
+    tiers: TierMix | None = None  # price tiers' replicas (sim.config.tiers); null: one price
 
 
 class SinglePlacement(StrictModel):
@@ -263,6 +265,7 @@ class PoolConfig(StrictModel):
     # any other keys over the run's config, as autoscale.engines: {scheduler.max_num_seqs: 512}
     # (null in the YAML, so that a command line can set the whole mapping without a +)
     settings: dict[str, Any] | None = None
+    tiers: TierMix | None = None  # the pool's replicas by price tier (sim.config.tiers)
 
 
 class KvLinkConfig(StrictModel):
@@ -326,7 +329,8 @@ class GpuPrices(StrictModel):
     """One GPU's list prices in $/GPU-hour by tier (null: not listed), and their source."""
 
     on_demand: NonNegative | None = None
-    reserved: NonNegative | None = None
+    reserved: NonNegative | None = None  # a 1-year commitment
+    reserved_3y: NonNegative | None = None
     spot: NonNegative | None = None
     source: str | None = None
     date: str | None = None
@@ -344,7 +348,7 @@ class CostConfig(StrictModel):
 
     section: ClassVar[str] = "cost"
 
-    tier: Literal["on_demand", "reserved", "spot"] | None = None
+    tier: Literal["on_demand", "reserved", "reserved_3y", "spot"] | None = None
     usd_per_gpu_hour: NonNegative | None = None
     requests_per_day: Positive | None = None
     energy: EnergyConfig | None = None

@@ -37,8 +37,15 @@ class AutoscaledFleet(FixedFleet):
     """The fixed fleet's engine configuration and its variants, scaled by an autoscaler."""
 
     def __init__(self, cfg: dict[str, Any], run: RunConfig) -> None:
-        super().__init__(cfg, run)
         auto = run.autoscale
+        require(
+            run.fleet.tiers is None,
+            "fleet.tiers",
+            run.fleet.tiers,
+            "price tiers are not modelled for an autoscaled fleet, whose replicas come and go: "
+            "price it with cost.tier, or plan tier mixes on a fixed fleet",
+        )
+        super().__init__(cfg, run)
         require(
             self.placement.mode == "single",
             "autoscale.policy",

@@ -1,7 +1,8 @@
 """A disaggregated fleet built from its config (``placement=disaggregated``): its two pools'
 engines (``sim.catalog.pools`` says what each pool is), the transfer cost between them, the
-decode router, each pool priced at its own GPU's rate, and the summary's ``disaggregation``
-block.
+decode router, each pool priced at its own GPU's rate (or its replicas at their price tiers:
+``placement.prefill.tiers`` and ``placement.decode.tiers``: a pool without a mix, beside one
+with, is bought on demand), and the summary's ``disaggregation`` block.
 
 The block: per pool, replicas, GPUs (type, TP), KV capacity per replica, $/hour at the pool's
 own GPU price, busy fraction (its steps' time over its replica-seconds) and KV use (step-time
@@ -27,6 +28,7 @@ from sim.config.compose import load_option
 from sim.config.schema import DisaggregatedPlacement, RunConfig
 from sim.deploy.engines import EngineSetup
 from sim.deploy.shape import FleetShape, Priced, ReplicaGroup, billed
+from sim.deploy.tiers import ON_DEMAND_MIX, tier_bill, tier_groups
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
@@ -107,6 +109,26 @@ class DisaggregatedFleet(FleetShape):
         self.placement = Placement(
             "disaggregated", (prefill,), ((0,),) * self.prefill.replicas, (1.0,)
         )
+        # (priced now: a pool's mix that does not add up, or a tier without a price, is refused
+        # before the run)
+        self.pool_groups = self._price_pools()
+
+    def _price_pools(self) -> tuple[list[ReplicaGroup], ...]:
+        """Each pool's groups: one at the pool GPU's price, or its replicas by price tier."""
+        mixes = [getattr(self.placement_config, pool.name).tiers for pool in self.pools]
+        out: list[list[ReplicaGroup]] = []
+        for pool, mix in zip(self.pools, mixes, strict=True):
+            gpu, gpus = pool.deployment.gpu, pool.deployment.num_gpus
+            if all(m is None for m in mixes):
+                out.append([ReplicaGroup(pool.replicas, gpus, gpu_price(self.run.cost, gpu)[0])])
+            else:
+                field = f"placement.{pool.name}.tiers"
+                out.append(
+                    tier_groups(
+                        self.run.cost, mix or ON_DEMAND_MIX, pool.replicas, gpus, gpu, field
+                    )
+                )
+        return tuple(out)
 
     @property
     def pools(self) -> tuple[Pool, Pool]:
@@ -171,23 +193,20 @@ class DisaggregatedFleet(FleetShape):
         Disaggregation(cluster.env, replicas[:count], replicas[count:], router, self.cost)
 
     def replica_groups(self) -> list[ReplicaGroup]:
-        """Each pool's replicas, their GPUs at the pool's own price."""
-        return [
-            ReplicaGroup(
-                pool.replicas,
-                pool.deployment.num_gpus,
-                gpu_price(self.run.cost, pool.deployment.gpu)[0],
-            )
-            for pool in self.pools
-        ]
+        """Both pools' groups of replicas billed alike, the prefill pool's first."""
+        return [group for groups in self.pool_groups for group in groups]
 
     def priced(self) -> Priced:
+        groups = self.replica_groups()
+        per_tier = tier_bill(groups)
         return Priced(
             num_gpus=self.num_gpus,
             num_replicas=self.run.fleet.replicas,
             kv_capacity_tokens=[self.setups[1].kv_capacity_tokens],
             gpu=self.placement.deployments[0].gpu,
-            billed=billed(self.replica_groups()),
+            billed=billed(groups),
+            per_tier=per_tier,
+            tiers_source=None if per_tier is None else POOL_TIERS_KEYS,
         )
 
     def add_to_summary(
@@ -196,11 +215,18 @@ class DisaggregatedFleet(FleetShape):
         summary["disaggregation"] = pools = disaggregation_summary(
             self, step_log.pool_totals, column, summary["duration_s"]
         )
-        if pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]:
+        tiered = "per_tier" in summary["cost"]  # (its price source is then the pools' mixes)
+        if (
+            not tiered
+            and pools["prefill"]["usd_per_gpu_hour"] != pools["decode"]["usd_per_gpu_hour"]
+        ):
             # the fleet's $/GPU-hour is then a mean over GPUs of two prices
             summary["cost"]["price_source"] = (
                 "each pool's GPUs at their own price (disaggregation.*.usd_per_gpu_hour)"
             )
+
+
+POOL_TIERS_KEYS = "placement.prefill.tiers, placement.decode.tiers"
 
 
 def _one_model(pool: Pool) -> Placement:
@@ -209,6 +235,13 @@ def _one_model(pool: Pool) -> Placement:
 
 def _refuse_unmodelled(run: RunConfig) -> None:
     """What a disaggregated fleet does not model, refused in one line each."""
+    if run.fleet.tiers is not None:
+        raise ConfigError(
+            "fleet.tiers",
+            run.fleet.tiers,
+            "a disaggregated fleet is bought pool by pool: give placement.prefill.tiers and "
+            "placement.decode.tiers instead",
+        )
     if run.autoscale.enabled:
         raise ConfigError(
             "autoscale.policy",
@@ -237,10 +270,15 @@ def disaggregation_summary(
 ) -> dict[str, Any]:
     """The block, from the pools, their step totals and the requests table's columns."""
     pools: dict[str, Any] = {}
-    groups = fleet.replica_groups()
-    for pool, setup, group in zip(fleet.pools, fleet.setups, groups, strict=True):
+    for pool, setup, groups in zip(fleet.pools, fleet.setups, fleet.pool_groups, strict=True):
         deployment, totals = pool.deployment, pool_totals[pool.name]
-        price, usd_per_hour = group.usd_per_gpu_hour, group.usd_per_hour
+        usd_per_hour = sum(group.usd_per_hour for group in groups)
+        # (one group: its own price; price tiers: the pool's mean over its GPUs)
+        price = (
+            groups[0].usd_per_gpu_hour
+            if len(groups) == 1
+            else usd_per_hour / sum(group.gpus for group in groups)
+        )
         busy = totals.busy_s
         pools[pool.name] = {
             "replicas": pool.replicas,

@@ -45,11 +45,13 @@ from sim.workload.source import Workload
 
 @dataclass(frozen=True)
 class ReplicaGroup:
-    """Replicas billed alike: how many, their GPUs each, and each GPU's $/hour."""
+    """Replicas billed alike: how many, their GPUs each, and each GPU's $/hour; ``tier``: the
+    price tier they are bought at (``sim.deploy.tiers``), None for the run's one price."""
 
     replicas: int
     gpus_per_replica: int
     usd_per_gpu_hour: float
+    tier: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -71,7 +73,9 @@ class Priced:
     """What the summary prices a fleet by (``sim.output.results.summarize``'s arguments):
     its GPUs and replicas, each model's KV capacity per replica, the GPU named in the cost
     block; ``billed``: GPUs and $/hour when they are not ``num_gpus`` at ``gpu``'s price (None:
-    they are); ``scaling``: a fleet whose size changed, billed from its log."""
+    they are); ``scaling``: a fleet whose size changed, billed from its log; ``per_tier``: a
+    fleet bought at price tiers, the cost block's ``per_tier`` (``sim.deploy.tiers``), and
+    ``tiers_source`` the config field of its mix (None: the run's one price)."""
 
     num_gpus: int
     num_replicas: int
@@ -79,6 +83,8 @@ class Priced:
     gpu: GPU
     billed: tuple[float, float] | None = None
     scaling: tuple[ScalingLog, AutoscaleConfig] | None = None
+    per_tier: dict[str, dict[str, float | int]] | None = None
+    tiers_source: str | None = None
 
 
 class FleetShape(ABC):

@@ -29,6 +29,13 @@ table ``cost.prices[gpu name][cost.tier]`` when a tier is chosen and the table l
 hardware catalog's ``usd_per_gpu_hour`` (its on-demand list price, or your
 ``hardware.usd_per_gpu_hour=`` override). ``price_source`` in the output names the one used.
 
+A fleet bought at price tiers (``fleet.tiers``, a pool's ``tiers``: ``sim.config.tiers``)
+pays each replica's GPUs its tier's price instead (``tier_price``): the table's, or for
+``on_demand`` of a GPU the table does not list the catalog's own price. A tier the table gives
+no price for on that GPU is refused, never guessed, and so is a single price
+(``cost.usd_per_gpu_hour``, ``cost.tier``) beside a mix. The block then adds ``per_tier``, each
+tier's replicas, GPUs and bill, adding up to the fleet's.
+
 Energy (optional): each GPU draws ``idle_power_fraction × TDP`` when idle and its TDP when busy,
 linear in between in the replicas' busy fraction (the share of the span its replica was running
 steps); ``pue`` adds the datacenter's cooling and power-delivery overhead. It is reported beside
@@ -37,7 +44,8 @@ cloud prices already include power; it matters when the GPU price is an owned, a
 
 Left out: per-second vs per-hour billing granularity, minimum reservation sizes, host CPU,
 memory, storage and network egress, the power of the rest of the server (only the GPUs' TDP is
-counted), and spot preemptions. A fleet that scales (``autoscale``) is billed for the GPUs it
+counted), and spot interruptions (a spot replica is priced as spot and serves like any
+other). A fleet that scales (``autoscale``) is billed for the GPUs it
 held, moment by moment.
 """
 
@@ -45,8 +53,10 @@ from __future__ import annotations
 
 from sim.catalog.hardware import GPU
 from sim.config.schema import CostConfig, EnergyConfig
+from sim.config.tiers import TIERS
+from sim.errors import ConfigError, require
 
-TIERS = ("on_demand", "reserved", "spot")
+__all__ = ["TIERS"]  # (the tier names, sim.config.tiers: the price table's columns)
 
 _SECONDS_PER_HOUR = 3600.0
 _HOURS_PER_DAY = 24.0
@@ -66,6 +76,35 @@ def gpu_price(cost: CostConfig, gpu: GPU) -> tuple[float, str | None, str]:
             return price, cost.tier, f"cost.prices.{gpu.name}.{cost.tier}"
         # A GPU the table does not list (a custom hardware file) still gets a price.
     return gpu.usd_per_gpu_hour, None, "hardware.usd_per_gpu_hour"
+
+
+def tier_price(cost: CostConfig, gpu: GPU, tier: str, field: str) -> tuple[float, str]:
+    """The $/GPU-hour of ``tier`` for ``gpu`` (``sim.config.tiers``) and the config field it
+    came from: the price table's, the catalog's own price standing for ``on_demand`` of a GPU
+    the table does not list (it is the on-demand list price). ConfigError (naming ``field``,
+    the mix that asks for it) for a tier the table gives no price for this GPU: a price is never
+    made up; and for a single price (``cost.usd_per_gpu_hour``, ``cost.tier``) beside a mix."""
+    for single in ("usd_per_gpu_hour", "tier"):
+        require(
+            getattr(cost, single) is None,
+            f"cost.{single}",
+            getattr(cost, single),
+            f"prices the whole fleet alike, but {field} bills each replica at its tier: set "
+            "one of the two",
+        )
+    listed = cost.prices.get(gpu.name)
+    price = None if listed is None else getattr(listed, tier)
+    if price is not None:
+        return price, f"cost.prices.{gpu.name}.{tier}"
+    if tier == "on_demand":
+        return gpu.usd_per_gpu_hour, "hardware.usd_per_gpu_hour"
+    raise ConfigError(
+        field,
+        tier,
+        f"the price list (cost=...) has no {tier} price for {gpu.name}: give yours as "
+        f"cost.prices.{gpu.name}.{tier}=<$/GPU-hour>, choose a list that has one, or leave "
+        "the tier out",
+    )
 
 
 def _per(numerator: float, denominator: float | None) -> float | None:
@@ -123,6 +162,8 @@ def fleet_cost(
     output_tokens: float,
     gpu_busy_fraction: float | None,
     billed: tuple[float, float] | None = None,
+    per_tier: dict[str, dict[str, float | int]] | None = None,
+    tiers_source: str | None = None,
 ) -> dict:
     """The summary's ``cost`` block for ``num_gpus`` GPUs over ``duration_s`` seconds.
 
@@ -133,8 +174,15 @@ def fleet_cost(
     ``billed``: a fleet whose size changed (``sim.output.scaling``), its GPUs and $/hour
     averaged over the span; ``usd_per_hour`` is then the span's bill over its hours (mixed GPU
     types each at their price), ``usd_per_gpu_hour`` that over the mean GPUs.
+
+    ``per_tier``: a fleet of price tiers, each tier's replicas, GPUs, $/hour and $/GPU-hour
+    (``sim.deploy.shape.tier_bill``), the whole billed as ``billed`` says; the block
+    then names its tier (``mixed`` for more than one) and ``tiers_source`` (the mix's config
+    field) as its price source, and adds ``per_tier``. None: no such key (outputs as before).
     """
     usd_per_gpu_hour, tier, source = gpu_price(cost, gpu)
+    if per_tier is not None:  # (its $/GPU-hour is the bill's, from ``billed``)
+        tier, source = _tier_name(per_tier), tiers_source or source
     usd_per_hour = num_gpus * usd_per_gpu_hour
     mean_gpus: float = num_gpus
     if billed is not None:
@@ -158,7 +206,7 @@ def fleet_cost(
         gpu_hours_per_day = (
             mean_gpus * _HOURS_PER_DAY * cost.requests_per_day / (_SECONDS_PER_DAY * requests_per_s)
         )
-    return {
+    block = {
         "usd_per_gpu_hour": usd_per_gpu_hour,
         "tier": tier,
         "price_source": source,
@@ -170,3 +218,11 @@ def fleet_cost(
         "gpu_hours_per_day": gpu_hours_per_day,
         "energy": energy,
     }
+    if per_tier is not None:
+        block["per_tier"] = per_tier
+    return block
+
+
+def _tier_name(per_tier: dict[str, dict[str, float | int]]) -> str:
+    """A fleet's tier in the cost block: its one tier, or ``mixed``."""
+    return next(iter(per_tier)) if len(per_tier) == 1 else "mixed"

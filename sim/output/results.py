@@ -238,6 +238,8 @@ def summarize(
     paced_by_client: bool = False,
     scaling: tuple[ScalingLog, AutoscaleConfig] | None = None,
     billed: tuple[float, float] | None = None,
+    per_tier: dict[str, dict[str, float | int]] | None = None,
+    tiers_source: str | None = None,
 ) -> dict[str, Any]:
     """The summary.json object (docs/reference/outputs.md), from the requests table
     (``column(name)`` gives one of its columns as numpy; each is read once and let go, so a long
@@ -254,6 +256,8 @@ def summarize(
     fraction is of the replica-seconds that could run steps.
     ``billed``: a fixed fleet of mixed GPUs (a disaggregated one's pools), its GPUs and
     $/hour, each GPU at its own price.
+    ``per_tier``, ``tiers_source``: a fleet bought at price tiers, each tier's bill and the
+    config field of its mix (``sim.output.cost.fleet_cost``).
     """
     status = column("status")
     completed = status == COMPLETED
@@ -351,6 +355,8 @@ def summarize(
             output_tokens=out_tokens,
             gpu_busy_fraction=busy_fraction,
             billed=billed,
+            per_tier=per_tier,
+            tiers_source=tiers_source,
         ),
         "rejected_by_reason": rejected_by_reason,
         "stability": stability(

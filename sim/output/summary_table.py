@@ -137,6 +137,7 @@ def format_summary(
             if pools
             else []
         ),
+        *_tier_lines(cost.get("per_tier")),
     ]
     if scaled is not None:
         engines = scaled.get("engines") or {}
@@ -204,6 +205,20 @@ def _prefix_cache_lines(cache: Mapping | None) -> list[str]:
             f"{cache['host_stored_blocks']:,} blocks stored, {cache['host_loaded_blocks']:,} loaded"
         )
     return [line]
+
+
+def _tier_lines(per_tier: Mapping | None) -> list[str]:
+    """A fleet bought at price tiers: each tier's replicas, price and bill (none without)."""
+    if not per_tier:
+        return []
+    return [
+        "tiers:      "
+        + "; ".join(
+            f"{tier} {row['replicas']} replica(s), {row['gpus']} GPU(s) x "
+            f"${row['usd_per_gpu_hour']:,.2f}/GPU-hour = ${row['usd_per_hour']:,.2f}/hour"
+            for tier, row in per_tier.items()
+        )
+    ]
 
 
 def _pool_cost(pools: Mapping, throughput: Mapping) -> str:

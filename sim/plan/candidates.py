@@ -15,11 +15,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from sim.config.tiers import fewest, needs_rest
 from sim.errors import ConfigError, require
 
 # keys the planner sets for every simulation: a candidate or the base may not
@@ -56,10 +58,14 @@ def fewest_replicas(cfg: dict[str, Any]) -> int:
     both pools together, with the decode pool the rest (``sim.catalog.pools``), so a grid over
     ``placement.prefill.replicas`` and ``placement.decode.hardware`` gives xPyD candidates,
     each searched from ``prefill + 1`` up: a total that leaves no decode replica is never
-    simulated. ConfigError for a decode pool of a fixed size."""
+    simulated. A fleet bought at price tiers (``sim.config.tiers``) has at least the replicas
+    its mix fixes, and the searched size goes to the mix's ``rest`` tier. ConfigError for a
+    decode pool of a fixed size, or a mix without ``rest``."""
     placement = cfg.get("placement") or {}
     if placement.get("mode") != "disaggregated":
-        return 1
+        mix = (cfg.get("fleet") or {}).get("tiers")
+        needs_rest(mix, "fleet.tiers")
+        return max(1, fewest(mix)) if mix else 1
     decode = (placement.get("decode") or {}).get("replicas")
     if decode is not None:
         raise ConfigError(
@@ -69,7 +75,9 @@ def fewest_replicas(cfg: dict[str, Any]) -> int:
             "the rest: leave it null and plan over placement.prefill.replicas",
         )
     prefill = (placement.get("prefill") or {}).get("replicas") or 1
-    return int(prefill) + 1
+    decode_mix = (placement.get("decode") or {}).get("tiers")
+    needs_rest(decode_mix, "placement.decode.tiers")  # (the prefill pool's size is fixed)
+    return int(prefill) + (max(1, fewest(decode_mix)) if decode_mix else 1)
 
 
 def every_candidate(grid: dict[str, list[Any]], listed: list[list[str]]) -> list[list[str]]:
@@ -114,8 +122,24 @@ def candidates(grid: dict[str, list[Any]]) -> list[list[str]]:
     ]
 
 
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _text(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    """A grid value as an override's value: a mapping or a list in Hydra's grammar (a
+    mapping's keys bare, as Hydra reads them; its values and a list's items bare words or
+    JSON), anything else as written."""
+    return _nested(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def _nested(value: Any) -> str:
+    if isinstance(value, str) and _BARE.fullmatch(value) and value not in ("true", "false", "null"):
+        return value  # (a word reads as itself: {on_demand: rest})
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_nested(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_nested(item) for item in value) + "]"
+    return json.dumps(value)
 
 
 def composition_kind(override: str) -> str:

@@ -180,6 +180,15 @@ def price_text(config: Mapping, summary: Mapping) -> str:
     gpu = _get(config, "hardware", "name")
     listed = _get(config, "cost", "prices", gpu) or {}
     head = f"${price:,.2f}/GPU-hour" if isinstance(price, (int, float)) else "unknown"
+    tiers = cost.get("per_tier")
+    if isinstance(tiers, Mapping) and tiers:  # a fleet bought at price tiers
+        where = listed.get("source", "source not given")
+        mix = "; ".join(
+            f"{tier}: {row.get('replicas')} replica(s) at ${row.get('usd_per_gpu_hour', 0):,.2f}"
+            for tier, row in tiers.items()
+            if isinstance(row, Mapping)
+        )
+        return f"{head} on average ({source}): {mix}; {where}, {listed.get('date', 'undated')}"
     if source.startswith("cost.prices."):
         where = listed.get("source", "source not given")
         return f"{head} ({source}): {where}, {listed.get('date', 'undated')}"

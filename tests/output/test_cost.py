@@ -14,7 +14,14 @@ from omegaconf import OmegaConf
 
 from sim.catalog.hardware import GPU
 from sim.errors import ConfigError
-from sim.output.cost import TIERS, CostConfig, fleet_cost, gpu_price, split_by_pool
+from sim.output.cost import (
+    TIERS,
+    CostConfig,
+    fleet_cost,
+    gpu_price,
+    split_by_pool,
+    tier_price,
+)
 from sim.resources import config_dir
 from sim.run import simulate
 from tests.support import compose, option
@@ -137,9 +144,43 @@ def test_tiers_order_for_every_listed_gpu():
         prices = [p for p in (listed.spot, listed.reserved, listed.on_demand) if p is not None]
         assert prices and all(a < b for a, b in zip(prices, prices[1:], strict=False)), name
     for tier in TIERS:
+        if getattr(table["H100-SXM"], tier) is None:  # (reserved_3y: no default price)
+            continue
         price, used_tier, source = gpu_price(cost_config(tier=tier), H100)
         assert price == getattr(table["H100-SXM"], tier)
         assert used_tier == tier and source == f"cost.prices.H100-SXM.{tier}"
+
+
+def test_the_gcp_price_list_is_one_providers_four_tiers_each_below_on_demand():
+    """``cost=gcp``: every listed GPU has a dated source, commitments and spot cost less than
+    on demand, the longer commitment less than the shorter, and a tier the catalog does not
+    give is absent, never filled in (A100 80GB: no committed-use price)."""
+    gcp = CostConfig.model_validate(option("cost", "gcp")).prices
+    assert set(gcp) == {"H100-SXM", "A100-40G-SXM", "A100-80G-SXM"}
+    for name, listed in gcp.items():
+        assert listed.source and listed.date == "2025-03-06", name
+        assert listed.spot is not None and listed.spot < listed.on_demand, name
+        if listed.reserved is not None:
+            assert listed.reserved_3y < listed.reserved < listed.on_demand, name
+    assert gcp["A100-80G-SXM"].reserved is None and gcp["A100-80G-SXM"].reserved_3y is None
+    # the per-GPU figure of an 8-GPU machine: a3-highgpu-8g at $88.49/hour
+    assert gcp["H100-SXM"].on_demand == pytest.approx(88.49 / 8, abs=1e-4)
+
+
+def test_a_tier_price_comes_from_the_list_and_is_never_made_up():
+    gcp = CostConfig.model_validate(option("cost", "gcp"))
+    assert tier_price(gcp, H100, "reserved_3y", "fleet.tiers") == (
+        4.858,
+        "cost.prices.H100-SXM.reserved_3y",
+    )
+    # on demand of a GPU the list does not give: the catalog's own, on-demand, price
+    assert tier_price(gcp, TEST_GPU, "on_demand", "fleet.tiers") == (
+        3.0,
+        "hardware.usd_per_gpu_hour",
+    )
+    with pytest.raises(ConfigError, match="has no spot price for TEST-GPU") as err:
+        tier_price(gcp, TEST_GPU, "spot", "placement.decode.tiers")
+    assert err.value.field == "placement.decode.tiers"
 
 
 def test_price_table_covers_the_catalog():
