@@ -300,9 +300,10 @@ def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
             "model or the deployment; check those before trusting the profile):"
         )
         for entry in pinned:
+            keys = ", ".join(f"{key} {value:.4g}" for key, value in entry["terms"].items())
             print(
                 f"    {entry['term']} at its {entry['bound']} bound "
-                f"({entry['searched_value']:.4g}): {entry['meaning']}"
+                f"({entry['searched_value']:.4g}; {keys}): {entry['meaning']}"
             )
     names = {"ttft": "TTFT", "tpot": "TPOT", "output_throughput": "output tok/s"}
     print(f"  {'error (MAPE)':<32}{'runs':>6}{'default':>12}{'calibrated':>12}")

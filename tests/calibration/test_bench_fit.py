@@ -479,18 +479,3 @@ def test_terms_at_a_bound_are_named_with_the_bound_and_what_it_suggests():
     ]
     x[index["step_overhead_s"]] = step.low + 0.02 * (step.high - step.low)
     assert at_bounds(x, params, base) == []
-
-
-def test_a_benchmark_faster_than_peak_compute_pins_compute_and_says_so(tmp_path):
-    # TTFT of 1 ms for prompts of 50-800 tokens at 4 req/s on an 8B model: no efficiency can
-    # do that, so the fit drives compute to its ceiling and reports it
-    rng = np.random.default_rng(0)
-    ins, outs = rng.integers(50, 800, 40).tolist(), rng.integers(20, 300, 40).tolist()
-    path = write_vllm(tmp_path / "fast.json", 4.0, ins, outs, 0.001, 0.006)
-    result, _ = calibrate_bench(
-        [(str(path), [])], DEPLOY, holdout_every=0, max_evals=30, jobs=1, progress=False
-    )
-    pinned = {f["term"]: f for f in result.profile.provenance["at_bounds"]}
-    assert pinned["compute_scale"]["bound"] == "upper"
-    assert set(pinned["compute_scale"]["terms"].values()) == {1.0}
-    assert result.profile.terms["compute_efficiency"] == 1.0
