@@ -6,7 +6,9 @@ Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop w
 ``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
 next one, after ``think_time_s``, as serving benchmarks do. A benchmark client (``workload=bench``)
 has both: requests due at their times, sent while fewer than its cap are in flight, after a
-warm-up phase whose end starts the clock of the others. Conversations (``workload=sessions``)
+warm-up phase whose end starts the clock of the others. Both clients send one request at a time,
+``client_send_s`` each (``_send``): requests they release at one instant go out one by one.
+Conversations (``workload=sessions``)
 start at their own times, and each next turn is sent its think time after the last one ended:
 turns are issued out of the workload's order, so a request's id (issue order) is not its row.
 
