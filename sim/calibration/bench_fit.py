@@ -33,7 +33,9 @@ The model's form was chosen before scoring it on any run:
   is reported beside the fitted runs'. One run leaves nothing to hold out: said, not hidden.
 
 The profile keeps the terms fitted on the fitted runs only, so its held-out error describes the
-file a user gets.
+file a user gets. A term the fit leaves at a bound of its range, or an efficiency capped at 1,
+is named in the profile's ``provenance["at_bounds"]`` with what it suggests
+(``BOUND_MEANINGS``): the form is then absorbing a mismatch of the load model or the deployment.
 """
 
 from __future__ import annotations
