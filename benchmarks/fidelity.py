@@ -10,8 +10,8 @@ prompt and output lengths (ISL/OSL) and TP 1 to 8. Each is simulated here as a c
 that concurrency, with the matching calibrated profile (TRT-LLM kernels, BF16) and a
 TRT-LLM-like scheduler: in-flight batching, running requests first, whole prompts (no chunked
 prefill, TRT-LLM's default), and `max_num_tokens` 8192. All clients start at once, as a
-benchmark does. Mean TTFT and mean TPOT are compared with the measured ones and with
-aiconfigurator's own estimates in the same file.
+benchmark does (one by one, workload.client_send_s apart). Mean TTFT and mean TPOT are compared
+with the measured ones and with aiconfigurator's own estimates in the same file.
 
 How the benchmark and server ran is not recorded, so these are assumed:
 - Requests per run: 10 per concurrency slot (`--requests-per-slot`).

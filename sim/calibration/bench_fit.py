@@ -33,7 +33,9 @@ The model's form was chosen before scoring it on any run:
   is reported beside the fitted runs'. One run leaves nothing to hold out: said, not hidden.
 
 The profile keeps the terms fitted on the fitted runs only, so its held-out error describes the
-file a user gets.
+file a user gets. A term the fit leaves at a bound of its range, or an efficiency capped at 1,
+is named in the profile's ``provenance["at_bounds"]`` with what it suggests
+(``BOUND_MEANINGS``): the form is then absorbing a mismatch of the load model or the deployment.
 """
 
 from __future__ import annotations
@@ -70,7 +72,63 @@ from sim.harness.simulated import (
 from sim.run import simulate
 
 OBSERVATION_SIGMA = 0.1  # log error that counts as one unit of the objective
+# each searched scale and the efficiencies it multiplies (each capped at 1)
+SCALED: dict[str, tuple[str, ...]] = {
+    "compute_scale": (
+        "compute_efficiency",
+        "quantized_compute_efficiency",
+        "attention_compute_efficiency",
+    ),
+    "bandwidth_scale": ("bandwidth_efficiency", "attention_bandwidth_efficiency"),
+    "allreduce_scale": ("allreduce_bandwidth_efficiency",),
+}
 DEFAULT_MAX_EVALS = 80
+# A searched value within this share of its range from an end of it sits at that bound: the
+# search clips to the bounds, so a term it pushed past one stays exactly there.
+AT_BOUND_SHARE = 0.01
+# What a term at each end of its range says: the runs want more (or less) of it than the form
+# allows, so the fit is absorbing something the model gets wrong elsewhere. A scale's upper
+# bound is any of its efficiencies at 1 (capped there: the scale may go on, that one cannot).
+# (An added overhead's lower end is its default, where a fit that needs none rests: not
+# reported.)
+BOUND_MEANINGS: dict[str, dict[str, str]] = {
+    "compute_scale": {
+        "upper": "a compute efficiency at 1: even at peak compute the simulated prefills are "
+        "slower than measured; the load model likely queues more work per step than the "
+        "server did (clients in lock-step, a token budget or prefill limit unlike the "
+        "server's, a prefix cache the runs had)",
+        "lower": "compute efficiencies at the bottom of their range: something other than "
+        "compute slows the measured prefills (harness or host time per request, another TP "
+        "degree or precision than simulated)",
+    },
+    "bandwidth_scale": {
+        "upper": "a bandwidth efficiency at 1: decode is faster than the GPU's memory can "
+        "stream the simulated weights and KV (check the model, precision and TP of the runs; "
+        "speculative decoding)",
+        "lower": "bandwidth efficiencies at the bottom of their range: decode slower than "
+        "memory-bound (host-bound streaming, overloaded runs, a larger batch than simulated)",
+    },
+    "step_overhead_s": {
+        "upper": "the most fixed time per step the fit allows: the runs' slowness is not "
+        "per step (per request or per token: harness or host time)",
+        "lower": "no fixed time per step left: the other terms already make steps too slow",
+    },
+    "token_overhead_s": {
+        "upper": "the most time per token and step the fit allows: the host, not the GPU, "
+        "sets the pace (give frontend.token_s) or the runs are overloaded",
+    },
+    "request_overhead_s": {
+        "upper": "the most time per request the fit allows: requests wait in the runs for "
+        "something the load model does not have (the harness's queue, a warm-up, a cap on "
+        "requests in flight)",
+    },
+    "allreduce_scale": {
+        "upper": "all-reduce efficiency at 1: TP scales better than the interconnect allows "
+        "(check the runs' TP degrees)",
+        "lower": "all-reduce efficiency at the bottom of its range: TP scales worse than the "
+        "all-reduce explains (per-GPU GEMMs less efficient at high TP)",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -93,20 +151,49 @@ class Parameter:
     def prior(self, x: float) -> float:
         return ((self.value(x) - self.prior_mean) / self.prior_sd) ** 2
 
+    def bound_reached(self, x: float) -> str | None:
+        """``"upper"`` or ``"lower"`` when ``x`` sits at that end of the term's range (for an
+        added overhead, x**2, only its maximum counts: its minimum is the default)."""
+        near = AT_BOUND_SHARE * (self.high - self.low)
+        if self.squared:
+            return "upper" if min(x - self.low, self.high - x) <= near else None
+        if self.high - x <= near:
+            return "upper"
+        return "lower" if x - self.low <= near else None
+
+
+def at_bounds(
+    x: Sequence[float] | np.ndarray, params: list[Parameter], base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The searched terms that ``x`` leaves at a bound: each with the bound, its searched
+    value (a scale, or an added overhead in us or ms), the roofline keys it sets there and
+    what it suggests (``BOUND_MEANINGS``)."""
+    terms = terms_at(x, params, base)
+    found = []
+    for xi, param in zip(x, params, strict=True):
+        bound = param.bound_reached(float(xi))
+        keys = SCALED.get(param.name, (param.name,))
+        if param.name in SCALED and bound != "lower":
+            at_one = tuple(key for key in keys if terms[key] >= 1.0)
+            bound, keys = ("upper", at_one) if at_one else (None, keys)
+        if bound is None:
+            continue
+        value = param.value(float(xi))
+        found.append(
+            {
+                "term": param.name,
+                "bound": bound,
+                "searched_value": math.exp(value) if param.name in SCALED else value,
+                "terms": {key: terms[key] for key in keys},
+                "meaning": BOUND_MEANINGS[param.name][bound],
+            }
+        )
+    return found
+
 
 def parameters(base: dict[str, Any], fit_tp: bool) -> list[Parameter]:
     """The searched terms (module docstring); the scale bounds let every efficiency reach 1."""
-    ceiling = {
-        "compute_scale": 1.0
-        / min(
-            base["compute_efficiency"],
-            base["quantized_compute_efficiency"],
-            base["attention_compute_efficiency"],
-        ),
-        "bandwidth_scale": 1.0
-        / min(base["bandwidth_efficiency"], base["attention_bandwidth_efficiency"]),
-        "allreduce_scale": 1.0 / base["allreduce_bandwidth_efficiency"],
-    }
+    ceiling = {scale: 1.0 / min(base[key] for key in keys) for scale, keys in SCALED.items()}
     overhead = max(base["step_overhead_s"], 1e-5)
     params = [
         Parameter(
@@ -147,25 +234,15 @@ def terms_at(
     """The roofline keys the searched values ``x`` stand for."""
     value = {p.name: p.value(float(xi)) for p, xi in zip(params, x, strict=True)}
     terms: dict[str, float] = {}
-    cs = math.exp(value["compute_scale"])
-    bs = math.exp(value["bandwidth_scale"])
-    for key in (
-        "compute_efficiency",
-        "quantized_compute_efficiency",
-        "attention_compute_efficiency",
-    ):
-        terms[key] = min(1.0, base[key] * cs)
-    for key in ("bandwidth_efficiency", "attention_bandwidth_efficiency"):
-        terms[key] = min(1.0, base[key] * bs)
+    for scale, keys in SCALED.items():
+        if scale in value:
+            for key in keys:
+                terms[key] = min(1.0, base[key] * math.exp(value[scale]))
     terms["step_overhead_s"] = max(base["step_overhead_s"], 1e-5) * math.exp(
         value["step_overhead_s"]
     )
     terms["token_overhead_s"] = base["token_overhead_s"] + value["token_overhead_s"] * 1e-6
     terms["request_overhead_s"] = base["request_overhead_s"] + value["request_overhead_s"] * 1e-3
-    if "allreduce_scale" in value:
-        terms["allreduce_bandwidth_efficiency"] = min(
-            1.0, base["allreduce_bandwidth_efficiency"] * math.exp(value["allreduce_scale"])
-        )
     return terms
 
 
@@ -280,9 +357,8 @@ def fit(
                 "fatol": 0.01,
             },
         )
-        best = terms_at(
-            np.clip(result.x, [p.low for p in params], [p.high for p in params]), params, base
-        )
+        best_x = np.clip(result.x, [p.low for p in params], [p.high for p in params])
+        best = terms_at(best_x, params, base)
         default_figures = evaluate(runs, {})
         fitted_figures = evaluate(runs, best)
     finally:
@@ -315,6 +391,8 @@ def fit(
             "evaluations": count,
             "tp_scaling_fitted": fit_tp,
             "seed": int(fitted_runs[0].cfg.get("seed", 0)),
+            # terms the fit left at a bound of their range, and what that suggests
+            "at_bounds": at_bounds(best_x, params, base),
         },
     )
     return FitResult(profile, base, count, default_figures, fitted_figures)

@@ -293,6 +293,18 @@ def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
     print(f"  {'term':<32}{'default':>12}{'fitted':>12}")
     for name, value in profile.terms.items():
         print(f"  {name:<32}{result.base[name]:>12.4g}{value:>12.4g}")
+    pinned = profile.provenance["at_bounds"]
+    if pinned:
+        print(
+            "  at a bound of its range (the fitted form is absorbing a mismatch of the load "
+            "model or the deployment; check those before trusting the profile):"
+        )
+        for entry in pinned:
+            keys = ", ".join(f"{key} {value:.4g}" for key, value in entry["terms"].items())
+            print(
+                f"    {entry['term']} at its {entry['bound']} bound "
+                f"({entry['searched_value']:.4g}; {keys}): {entry['meaning']}"
+            )
     names = {"ttft": "TTFT", "tpot": "TPOT", "output_throughput": "output tok/s"}
     print(f"  {'error (MAPE)':<32}{'runs':>6}{'default':>12}{'calibrated':>12}")
     for part, label in (("fit", "fitted runs"), ("held_out", "held-out runs")):

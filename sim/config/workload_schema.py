@@ -186,11 +186,23 @@ class DailyWorkload(SyntheticWorkload):
         return path
 
 
+# A harness client's time to send one request (``client_send_s``): requests it releases at one
+# instant go out one by one, this far apart (``sim.fleet.cluster``), which is what keeps a closed
+# loop's clients from staying in lock-step waves. Measured on AIPerf 0.1.1's sample run
+# (github.com/ai-dynamo/aiperf examples/artifacts/run1/profile_export.jsonl @ 7c31f579, read
+# 2026-12-05; docs/explanation/how-it-works.md): its 100 requests, released at once at
+# concurrency 100, went out over 20.5 ms, the first 95 of them 9.9 ms apart in all, 0.10 ms
+# each. ``vllm bench serve`` sends from one asyncio event loop too (vllm/benchmarks/serve.py
+# ``benchmark`` @ 009e6d4a: a task per request), so its sends are serial as well.
+CLIENT_SEND_S = 1.0e-4
+
+
 class ClosedLoopWorkload(SyntheticWorkload):
     kind: Literal["closed_loop"]
     concurrency: Count
     num_requests: Count
     think_time_s: NonNegative = 0.0
+    client_send_s: NonNegative = CLIENT_SEND_S
 
 
 class SessionsWorkload(StrictModel):
@@ -228,6 +240,7 @@ class BenchWorkload(SyntheticWorkload):
     # each of max_concurrency clients sends this many requests, one after another (a load
     # generator of virtual users); null: a free slot takes whichever request is due next
     requests_per_client: Count | None = None
+    client_send_s: NonNegative = CLIENT_SEND_S  # the client's time to send one request
 
     @model_validator(mode="after")
     def _per_client(self) -> BenchWorkload:

@@ -6,7 +6,9 @@ Poisson, ...) arrive at their own times whatever the fleet does. A closed-loop w
 ``concurrency`` requests in flight: each request that ends (completed or rejected) releases the
 next one, after ``think_time_s``, as serving benchmarks do. A benchmark client (``workload=bench``)
 has both: requests due at their times, sent while fewer than its cap are in flight, after a
-warm-up phase whose end starts the clock of the others. Conversations (``workload=sessions``)
+warm-up phase whose end starts the clock of the others. Both clients send one request at a time,
+``client_send_s`` each (``_send``): requests they release at one instant go out one by one.
+Conversations (``workload=sessions``)
 start at their own times, and each next turn is sent its think time after the last one ended:
 turns are issued out of the workload's order, so a request's id (issue order) is not its row.
 
@@ -106,6 +108,10 @@ class Cluster:
                                 kv.block_size,
                             )
                         self._prefix_groups[engine.model_id] = by_size[kv.block_size]
+        # a harness client's sender (closed loop, benchmark client): requests sent so far (or
+        # scheduled to be), and when it is free to send the next one (``_send``)
+        self._num_sent = 0
+        self._sender_free_s = 0.0
         self._sessions = workload.sessions
         if self._sessions is not None:
             self._closed_loop = False
@@ -121,7 +127,7 @@ class Cluster:
                 if self._released >= workload.num_requests:
                     break
                 self._released += 1
-                self._issue(0.0, ARRIVAL_PRIORITY)
+                self._send(ARRIVAL_PRIORITY)
         else:
             self._closed_loop = False
             # a benchmark client: a cap on requests in flight, and a warm-up phase
@@ -288,16 +294,32 @@ class Cluster:
     def _send_due(self, caller_priority: int) -> None:
         idle = self._idle_clients
         while self._due and (self._cap is None or self._in_flight < self._cap):
-            measured = self.num_issued >= self.workload.warmup_requests
+            measured = self._num_sent >= self.workload.warmup_requests
             if idle is not None and measured:
                 if not idle:
                     return  # every client with requests left has one in flight
                 client = idle.popleft()
                 self._client_left[client] -= 1
-                self._client_of[self.num_issued] = client
+                self._client_of[self._num_sent] = client
             self._due.popleft()
             self._in_flight += 1
-            self._issue(self.env.now, caller_priority)
+            self._send(caller_priority)
+
+    def _send(self, caller_priority: int) -> None:
+        """The harness's client sends the next request: now, or, while it is still sending the
+        ones released before, ``client_send_s`` after the last of them (one sender: requests
+        released at one instant go out one by one, in order). The request's arrival is when it
+        is sent, as the harness times it. Its id is its place in the send order."""
+        now = self.env.now
+        at = max(now, self._sender_free_s)
+        self._sender_free_s = at + self.workload.client_send_s
+        self._num_sent += 1
+        if at > now:
+            timeout_at(self.env, at).callbacks.append(
+                lambda _event: self._issue(at, ARRIVAL_PRIORITY)
+            )
+        else:
+            self._issue(now, caller_priority)
 
     def _client_request_done(self, request: Request, caller_priority: int) -> None:
         self._in_flight -= 1
@@ -346,13 +368,12 @@ class Cluster:
         if think_time_s > 0 or request.status == REJECTED:
             # A rejection happens inside _issue; going through the event queue (even with no
             # delay) keeps a run of rejections from recursing.
-            when = self.env.now + think_time_s
-            timeout_at(self.env, when).callbacks.append(
-                lambda _event: self._issue(when, ARRIVAL_PRIORITY)
+            timeout_at(self.env, self.env.now + think_time_s).callbacks.append(
+                lambda _event: self._send(ARRIVAL_PRIORITY)
             )
         else:
-            # issued from inside the event that ended the request
-            self._issue(self.env.now, caller_priority)
+            # sent from inside the event that ended the request
+            self._send(caller_priority)
 
 
 def _segment_tokens(workload: Workload) -> int | list[np.ndarray]:

@@ -45,7 +45,13 @@ from sim.engine.scheduler.base import Scheduler
 from sim.engine.scheduler.plan import StepPlan
 from sim.engine.step_time.base import StepTimeModel
 from sim.fleet.frontend import Frontend
-from sim.fleet.simclock import ARRIVAL_PRIORITY, step_end_priority, timeout_at, wait_instead
+from sim.fleet.simclock import (
+    AFTER_STEP_ENDS_PRIORITY,
+    ARRIVAL_PRIORITY,
+    step_end_priority,
+    timeout_at,
+    wait_instead,
+)
 from sim.output.metrics import StepRecorder
 
 
@@ -93,6 +99,8 @@ class Replica:
         self.committed_tokens = 0
         self.num_routed = 0  # requests the router has sent here so far
         self._wakeup: simpy.Event | None = None
+        # requests released by a step's end at this instant, to reach together after it
+        self._released_now: list[Request] = []
         # the decode stretch being waited on: its steps' end times (None when there is none,
         # or it was cut already) and how many of its steps will run
         self._stretch_end_times: Any = None
@@ -163,7 +171,31 @@ class Replica:
                 lambda _event: self._reach(request, ARRIVAL_PRIORITY)
             )
             return
+        if caller_priority != ARRIVAL_PRIORITY:
+            # Released by a step's end (a closed-loop client's next request): it reaches the
+            # host after every event of this instant, the step ends and the plans they start
+            # included, as it would after any positive overhead however small; joining the
+            # step that starts now would make the results jump at an overhead of 0.
+            self._reach_after_step_ends(request)
+            return
         self._reach(request, caller_priority)
+
+    def _reach_after_step_ends(self, request: Request) -> None:
+        """``request`` reaches the host once this instant's events have run. The requests
+        released at one instant reach together, in one event, so the first of them cannot wake
+        the replica into a step the others miss (as a positive overhead's same-time events,
+        which run before the wake-up they cause, would have it too)."""
+        released = self._released_now
+        released.append(request)
+        if len(released) == 1:
+            timeout_at(self.env, self.env.now, AFTER_STEP_ENDS_PRIORITY).callbacks.append(
+                self._reach_released
+            )
+
+    def _reach_released(self, _event: simpy.Event) -> None:
+        released, self._released_now = self._released_now, []
+        for request in released:
+            self._reach(request, AFTER_STEP_ENDS_PRIORITY)
 
     def _reach(self, request: Request, caller_priority: int) -> None:
         """The request reaches the host: it enters its engine now, or when the frontend's queue

@@ -5,9 +5,10 @@ last bit of a float. Arrivals replayed from a trace and the end of a decode stre
 exactly where they belong, so they are scheduled at absolute times instead.
 
 Events at the same time run in priority order: arrivals first, then the ends of steps, replica
-by replica. SimPy would otherwise order them by when they were created, and a decode stretch
-creates its end event long before stepping one by one would, so the two modes would disagree
-whenever times coincide exactly (common with ``step_time=constant``).
+by replica, then the requests those step ends released (``AFTER_STEP_ENDS_PRIORITY``). SimPy
+would otherwise order them by when they were created, and a decode stretch creates its end event
+long before stepping one by one would, so the two modes would disagree whenever times coincide
+exactly (common with ``step_time=constant``).
 
 ``wait_instead`` moves a process's wait to an earlier event: a decode stretch cut short by an
 arrival (``sim.fleet.replica``) costs one new event that way, where SimPy's interrupt costs an
@@ -22,6 +23,12 @@ import simpy
 from simpy.events import NORMAL, EventPriority
 
 ARRIVAL_PRIORITY = NORMAL  # SimPy's own URGENT (interrupts, the horizon) still comes first
+
+
+# After every other event at the same time, whatever the replica ids: where a request reaches a
+# replica that a step's end released at that instant (``sim.fleet.replica``), as any positive
+# delay, however small, would have it.
+AFTER_STEP_ENDS_PRIORITY = EventPriority(2**62)
 
 
 def step_end_priority(replica_id: int) -> EventPriority:

@@ -30,7 +30,7 @@ from sim.resources import config_dir, config_file, data_dir, resolve_path
 # against 177 measured TensorRT-LLM serving runs of Llama-3.1-8B on H100-SXM (benchmarks/fidelity.py
 # --roofline). Another model or GPU has no measured figure.
 ROOFLINE_MEASURED_ERROR = (
-    "TTFT 22.1%, TPOT 11.5%, throughput 11.9% mean absolute error on 177 measured TRT-LLM runs "
+    "TTFT 22.3%, TPOT 11.5%, throughput 11.9% mean absolute error on 177 measured TRT-LLM runs "
     "of Llama-3.1-8B on H100-SXM (docs/explanation/fidelity.md); not measured for "
     "other models or GPUs"
 )

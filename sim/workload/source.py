@@ -57,6 +57,9 @@ class Workload:
     concurrency: int | None = None  # closed loop: requests kept in flight; with arrival times,
     # a client cap (a request due while ``concurrency`` are in flight waits for one to end)
     think_time_s: float = 0.0  # closed loop: delay between a completion and the next request
+    # closed loop and benchmark client: the client's time to send one request; requests it
+    # releases at one instant go out this far apart, in order (``sim.fleet.cluster``)
+    client_send_s: float = 0.0
     # the first ``warmup_requests`` go out at once before the others, whose arrival times then
     # count from the moment the last warm-up ended (a benchmark's warm-up phase)
     warmup_requests: int = 0
@@ -175,7 +178,12 @@ def _daily(spec: DailyWorkload, seed: int) -> Workload:
 def _closed_loop(spec: ClosedLoopWorkload, seed: int) -> Workload:
     prompt, output = _sample_lengths(spec, seed, spec.num_requests)
     return Workload(
-        prompt, output, None, concurrency=spec.concurrency, think_time_s=spec.think_time_s
+        prompt,
+        output,
+        None,
+        concurrency=spec.concurrency,
+        think_time_s=spec.think_time_s,
+        client_send_s=spec.client_send_s,
     )
 
 
@@ -239,6 +247,7 @@ def _bench(spec: BenchWorkload, seed: int) -> Workload:
         concurrency=spec.max_concurrency,
         warmup_requests=spec.num_warmups,
         requests_per_client=spec.requests_per_client,
+        client_send_s=spec.client_send_s,
     )
 
 

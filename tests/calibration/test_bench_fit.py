@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from sim.calibration.bench_fit import (
+    BOUND_MEANINGS,
+    SCALED,
+    at_bounds,
     calibrate_bench,
     fit,
     parameters,
@@ -39,13 +42,14 @@ TERMS_FITTED = tuple(name for name in TERMS if name != "allreduce_bandwidth_effi
 
 def write_vllm(
     path: Path,
-    rate: float,
+    rate: float | str,
     ins: list[int],
     outs: list[int],
     ttft_s: float,
     tpot_s: float,
     duration_s: float = 10.0,
     output_throughput: float | None = None,
+    max_concurrency: int | None = None,
 ) -> Path:
     """A ``vllm bench serve --save-result --save-detailed`` file with these figures (the
     per-request times all at the means: only the means are fitted)."""
@@ -56,7 +60,7 @@ def write_vllm(
         "num_prompts": n,
         "request_rate": rate,
         "burstiness": 1.0,
-        "max_concurrency": None,
+        "max_concurrency": max_concurrency,
         "duration": duration_s,
         "completed": n,
         "total_input_tokens": int(sum(ins)),
@@ -78,14 +82,20 @@ def write_vllm(
 
 
 def synthetic_benchmark(
-    path: Path, rate: float, n: int, seed: int, known: dict[str, float] = KNOWN
+    path: Path,
+    rate: float | str,
+    n: int,
+    seed: int,
+    known: dict[str, float] = KNOWN,
+    max_concurrency: int | None = None,
 ) -> tuple[float, float]:
-    """Write ``path``: ``n`` requests of random lengths at ``rate``, their mean TTFT and TPOT
-    (vLLM's definitions) those of the replayed benchmark simulated with the ``known`` terms.
-    Returns (mean TTFT, mean TPOT)."""
+    """Write ``path``: ``n`` requests of random lengths at ``rate`` (under ``max_concurrency``),
+    their mean TTFT and TPOT (vLLM's definitions) those of the replayed benchmark simulated
+    with the ``known`` terms. Returns (mean TTFT, mean TPOT)."""
     rng = np.random.default_rng(seed)
     ins, outs = rng.integers(50, 800, n).tolist(), rng.integers(20, 300, n).tolist()
-    write_vllm(path, rate, ins, outs, 0.01, 0.01)  # the lengths and load, to replay
+    cap = {"max_concurrency": max_concurrency}
+    write_vllm(path, rate, ins, outs, 0.01, 0.01, **cap)  # the lengths and load, to replay
     load = harness_load(read_benchmark(str(path))[0])
     cfg = compose_config([*PREPARED, *DEPLOY, *(f"step_time.{k}={v!r}" for k, v in known.items())])
     cfg["workload"] = load.workload(path.parent, f"{path.stem}_lengths")
@@ -94,7 +104,7 @@ def synthetic_benchmark(
     ttft = mean(*per_request(sim, Definition.TTFT))
     tpot = mean(*per_request(sim, Definition.GAP_AFTER_FIRST))
     assert ttft is not None and tpot is not None
-    write_vllm(path, rate, ins, outs, ttft, tpot, sim.duration_s, output_tokens_per_s(sim))
+    write_vllm(path, rate, ins, outs, ttft, tpot, sim.duration_s, output_tokens_per_s(sim), **cap)
     return ttft, tpot
 
 
@@ -387,3 +397,85 @@ def test_the_profile_is_for_the_deployments_of_the_fitted_runs_only(tmp_path):
             "kv_precision": "bf16",
         }
     ]
+
+
+def test_a_closed_loop_benchmark_s_request_overhead_is_found_not_stalled_at_the_start(tmp_path):
+    # vllm bench serve at --max-concurrency 8 (all due at once): every request after the first
+    # wave is released by a step's end. Served with 20 ms per request, nothing else changed.
+    # The search starts at no overhead; with the overhead discontinuous at 0 it stalled there.
+    known = {"request_overhead_s": 0.02}
+    files = []
+    for number, cap in enumerate((4, 8)):
+        path = tmp_path / f"loop{number}.json"
+        synthetic_benchmark(path, "inf", 48, seed=number, known=known, max_concurrency=cap)
+        files.append((str(path), []))
+    result, runs = calibrate_bench(
+        files, DEPLOY, holdout_every=0, max_evals=40, jobs=1, progress=False
+    )
+    assert [r.load.max_concurrency for r in runs] == [4, 8]
+    terms = result.profile.terms
+    assert terms["request_overhead_s"] == pytest.approx(0.02, rel=0.25)
+    error = result.profile.error["fit"]
+    assert error["default"]["ttft"]["mape"] > 0.3  # the defaults miss the 20 ms
+    assert error["calibrated"]["ttft"]["mape"] < 0.05
+    assert result.profile.provenance["at_bounds"] == []  # nothing pinned: the form fits
+
+
+def _base() -> dict[str, float]:
+    base = compose_config(["step_time=roofline"])["step_time"]
+    return {k: float(v) for k, v in base.items() if isinstance(v, (int, float))}
+
+
+def test_terms_at_a_bound_are_named_with_the_bound_and_what_it_suggests():
+    base = _base()
+    params = parameters(base, fit_tp=True)
+    index = {p.name: i for i, p in enumerate(params)}
+    x = np.zeros(len(params))  # the defaults: nothing at a bound (0 added overhead included)
+    assert at_bounds(x, params, base) == []
+    compute = params[index["compute_scale"]]
+    x[index["compute_scale"]] = compute.high
+    x[index["bandwidth_scale"]] = params[index["bandwidth_scale"]].low
+    request = params[index["request_overhead_s"]]
+    x[index["request_overhead_s"]] = request.low  # (-sqrt)**2: the largest overhead
+    x[index["step_overhead_s"]] = params[index["step_overhead_s"]].high * 0.5  # inside
+    found = at_bounds(x, params, base)
+    assert [(f["term"], f["bound"]) for f in found] == [
+        ("compute_scale", "upper"),
+        ("bandwidth_scale", "lower"),
+        ("request_overhead_s", "upper"),
+    ]
+    assert found[0]["searched_value"] == pytest.approx(np.exp(compute.high))
+    assert found[0]["terms"] == {  # the ceiling brings every compute efficiency to 1
+        "compute_efficiency": 1.0,
+        "quantized_compute_efficiency": 1.0,
+        "attention_compute_efficiency": 1.0,
+    }
+    assert found[0]["meaning"] == BOUND_MEANINGS["compute_scale"]["upper"]
+    assert found[1]["terms"]["bandwidth_efficiency"] == pytest.approx(
+        0.2 * base["bandwidth_efficiency"]
+    )
+    assert found[2]["searched_value"] == pytest.approx(2000.0)  # ms added
+    assert found[2]["terms"] == {"request_overhead_s": pytest.approx(2.0)}
+    # a scale short of its ceiling whose largest efficiency is capped at 1 is at that bound
+    # (the scale may go on, that efficiency cannot); just short of 1 is not
+    largest = max(SCALED["compute_scale"], key=lambda key: base[key])
+    x = np.zeros(len(params))
+    x[index["compute_scale"]] = np.log(1.0 / base[largest]) + 1e-9  # (past rounding)
+    assert (
+        compute.low < x[index["compute_scale"]] < compute.high - 0.01 * (compute.high - compute.low)
+    )
+    found = at_bounds(x, params, base)
+    assert [(f["term"], f["bound"], list(f["terms"])) for f in found] == [
+        ("compute_scale", "upper", [largest])
+    ]
+    x[index["compute_scale"]] -= 1e-6
+    assert at_bounds(x, params, base) == []
+    # the lower end: within 1% of the range counts, 2% does not
+    step = params[index["step_overhead_s"]]
+    x = np.zeros(len(params))
+    x[index["step_overhead_s"]] = step.low + 0.009 * (step.high - step.low)
+    assert [(f["term"], f["bound"]) for f in at_bounds(x, params, base)] == [
+        ("step_overhead_s", "lower")
+    ]
+    x[index["step_overhead_s"]] = step.low + 0.02 * (step.high - step.low)
+    assert at_bounds(x, params, base) == []

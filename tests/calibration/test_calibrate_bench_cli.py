@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from sim.calibration.calibrate import main as calibrate_main
@@ -209,3 +210,27 @@ def test_a_bench_group_without_model_or_hardware_is_refused(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert err.startswith("error: model=None: say what ran the benchmark") and "a.json" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_terms_left_at_a_bound_are_printed_with_what_they_suggest(tmp_path, capsys):
+    # TTFT 1 ms for prompts of 50-800 tokens at 4 req/s: faster than peak compute, so the fit
+    # caps a compute efficiency at 1 and says what that suggests; the profile records it
+    rng = np.random.default_rng(0)
+    ins, outs = rng.integers(50, 800, 40).tolist(), rng.integers(20, 300, 40).tolist()
+    path = write_vllm(tmp_path / "fast.json", 4.0, ins, outs, ttft_s=0.001, tpot_s=0.006)
+    out = tmp_path / "p.json"
+    args = [*DEPLOY, "--bench", str(path), "--out", str(out), "--max-evals", "30", "--jobs", "1"]
+    assert calibrate_main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(
+        "  at a bound of its range (the fitted form is absorbing a mismatch of the load "
+        "model or the deployment; check those before trusting the profile):"
+    )
+    pinned = BenchProfile.load(out).provenance["at_bounds"]
+    compute = next(entry for entry in pinned if entry["term"] == "compute_scale")
+    assert compute["bound"] == "upper" and 1.0 in compute["terms"].values()
+    shown = [line for line in lines[start + 1 :] if line.startswith("    compute_scale ")]
+    assert len(shown) == 1
+    assert shown[0].startswith("    compute_scale at its upper bound (")
+    assert shown[0].endswith(compute["meaning"])
+    assert lines[start + 1 + len(pinned)].split()[:2] == ["error", "(MAPE)"]

@@ -159,6 +159,7 @@ def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
             "workload.num_requests=60",
             "workload.prompt_tokens={dist:uniform,low:10,high:200}",
             "workload.output_tokens={dist:uniform,low:1,high:60}",
+            "workload.client_send_s=0",
             "sim.progress=false",
             f"frontend.token_s={frontend_token_s}",
         )
@@ -173,6 +174,40 @@ def test_closed_loop_keeps_concurrency_in_flight(frontend_token_s):
         in_flight = int((arrival <= t).sum() - (done <= t).sum())
         assert in_flight == concurrency, t
     assert np.all(np.diff(arrival) >= 0)  # issued in order
+
+
+@pytest.mark.parametrize("workload", ["closed_loop", "bench"])
+def test_client_sends_one_request_at_a_time(workload):
+    # One sender taking client_send_s per request: request k goes out when the completion that
+    # released it is heard, or client_send_s after request k - 1 went out, whichever is later;
+    # the first wave (all released at 0) goes out 0, d, 2d, ...
+    concurrency, send_s = 6, 0.002
+    load = (
+        [f"workload.concurrency={concurrency}"]
+        if workload == "closed_loop"
+        else [f"workload.max_concurrency={concurrency}"]  # every request due at once
+    )
+    result = simulate(
+        compose(
+            "fleet.replicas=2",
+            f"workload={workload}",
+            *load,
+            "workload.num_requests=40",
+            "workload.prompt_tokens={dist:uniform,low:10,high:200}",
+            "workload.output_tokens={dist:uniform,low:1,high:60}",
+            f"workload.client_send_s={send_s}",
+            "sim.progress=false",
+        )
+    )
+    req = columns(result.requests)
+    assert np.all(req["status"] == "completed")
+    arrival, done = req["arrival_time_s"], req["completion_time_s"]
+    released = np.concatenate((np.zeros(concurrency), np.sort(done)[: 40 - concurrency]))
+    expected = [0.0]
+    for k in range(1, 40):
+        expected.append(max(float(released[k]), expected[-1] + send_s))
+    assert arrival.tolist() == expected
+    assert arrival[concurrency - 1] == pytest.approx((concurrency - 1) * send_s)
 
 
 @pytest.mark.parametrize("think_time_s", [0.0, 0.05])

@@ -30,6 +30,7 @@ def run(token_s: float, num_requests: int = 2, concurrency: int = 2):
                 f"workload.num_requests={num_requests}",
                 "workload.prompt_tokens=4",
                 "workload.output_tokens=3",
+                "workload.client_send_s=0",  # every wave sent at one instant, as worked by hand
                 f"frontend.token_s={token_s}",
                 "sim.progress=false",
             ]

@@ -317,6 +317,7 @@ def test_two_busy_models_alternate_step_by_step():
             "workload.num_requests=8",
             "workload.prompt_tokens=32",
             "workload.output_tokens=20",
+            "workload.client_send_s=0",  # both models' requests there from the first step
             "sim.progress=false",
         )
     )

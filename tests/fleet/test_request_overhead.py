@@ -1,6 +1,7 @@
 """The server's fixed time per request (``step_time.request_overhead_s``): a request enters its
 engine that long after it reaches the replica, so TTFT and E2E grow by exactly that and TPOT
-does not; 0 is the same run as not giving the key."""
+does not; 0 is the same run as not giving the key, and the limit of ever smaller overheads (a
+request that a step's end released misses the step that starts at that instant either way)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,57 @@ def test_other_step_time_models_have_no_request_overhead():
     # one step to the first token, nine more to the tenth, nothing before the engine
     assert c["ttft_s"][0] == pytest.approx(0.1)
     assert c["e2e_s"][0] == pytest.approx(1.0)
+
+
+# a closed loop whose requests end at different steps: each completion releases a request while
+# others are mid-decode, so where that request lands relative to the next step matters
+STAGGERED = [
+    "fleet.replicas=1",
+    "step_time=roofline",
+    "workload=closed_loop",
+    "workload.concurrency=12",
+    "workload.num_requests=120",
+    "workload.prompt_tokens={dist:uniform,low:50,high:600}",
+    "workload.output_tokens={dist:uniform,low:8,high:120}",
+    "sim.progress=false",
+]
+
+
+def _mean_ttft(*overrides: str) -> float:
+    return float(simulate(compose(*STAGGERED, *overrides)).summary["ttft_s"]["mean"])
+
+
+def test_mean_ttft_is_continuous_and_monotone_in_the_overhead():
+    grid = [0.0, 1e-9, 1e-6, 1e-4, 1e-3, 1e-2]
+    means = [_mean_ttft(f"step_time.request_overhead_s={o!r}") for o in grid]
+    # 1 ns more per request moves the mean TTFT by about 1 ns, not by a step
+    assert abs(means[1] - means[0]) < 1e-6
+    assert means == sorted(means), means
+
+
+def test_a_request_released_by_a_step_end_misses_the_step_starting_then():
+    # Constant 10 ms steps, no overhead, sends at the instant of the completion: a request
+    # released while others are in flight waits out the step that starts at its arrival, then
+    # prefills in the next (TTFT 2 steps); one sent to an idle replica (the first wave)
+    # prefills at once (1 step).
+    step = 0.01
+    result = simulate(
+        compose(
+            *[o for o in STAGGERED if not o.startswith("step_time")],
+            "step_time=constant",
+            f"step_time.seconds={step}",
+            "workload.concurrency=3",
+            "workload.num_requests=40",
+            "workload.client_send_s=0",
+        )
+    )
+    c = _by_id(result)
+    arrival, done = c["arrival_time_s"], c["completion_time_s"]
+    busy = idle = 0
+    for k in range(40):
+        t = arrival[k]
+        others = int(((arrival < t) & (done > t)).sum())
+        expected = 2 * step if others else step
+        assert c["ttft_s"][k] == pytest.approx(expected, abs=1e-9), (k, others)
+        busy, idle = busy + bool(others), idle + (not others)
+    assert busy >= 30 and idle == 3  # both cases occur: only the first wave finds it idle

@@ -17,7 +17,8 @@ from sim.workload.source import build_workload
 from tests.support import REPO_ROOT, columns, fleetcast
 
 # one replica, 0.1 s a step, 8-token prompts and 3 output tokens: a request alone or with
-# others takes 3 steps (prefill with its first token, 2 decodes)
+# others takes 3 steps (prefill with its first token, 2 decodes); the client sends the requests
+# due at one instant at that instant (no time per send)
 TINY = [
     "fleet.replicas=1",
     "step_time=constant",
@@ -25,6 +26,7 @@ TINY = [
     "workload=bench",
     "workload.prompt_tokens=8",
     "workload.output_tokens=3",
+    "workload.client_send_s=0",
     "sim.progress=false",
 ]
 
@@ -211,12 +213,14 @@ def test_an_output_dir_that_is_a_file_is_one_line(tmp_path):
     assert done.stderr.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize("per_client, arrivals", [(None, [0, 0, 0.1, 0.2]), (2, [0, 0, 0.1, 0.6])])
+@pytest.mark.parametrize("per_client, arrivals", [(None, [0, 0, 0.1, 0.3]), (2, [0, 0, 0.1, 0.6])])
 def test_clients_with_their_own_request_counts_wait_for_their_own_requests(
     tmp_path, per_client, arrivals
 ):
     # outputs 1, 6, 1, 1 in sending order; two slots. Request 0 (1 token) ends at 0.1, request
-    # 2 takes its slot and ends at 0.2; request 1 (6 tokens) ends at 0.6. A shared pool sends
+    # 2 takes its slot, misses the step that starts then (request 1's decode: a request a
+    # step's end released reaches the engine after it), prefills at 0.2 and ends at 0.3;
+    # request 1 (6 tokens) ends at 0.6. A shared pool sends
     # request 3 when request 2 ends; with 2 requests per client, client 0 has sent both of
     # its own, so request 3 is client 1's second and waits for request 1.
     lengths = tmp_path / "lengths.csv"

@@ -59,7 +59,7 @@ def test_a_run(run_report):
     assert markdown.startswith("# Fleetcast report: run run\n\n## Answer\n\n> As simulated, 2 x ")
     for figure in ("workload.png", "kv_cache.png"):
         assert f"(report_files/{figure})" in markdown
-    assert "| step-time model | roofline, uncalibrated: TTFT 22.1%" in markdown
+    assert "| step-time model | roofline, uncalibrated: TTFT 22.3%" in markdown
     # policies by the config names a user chooses them by, not their classes
     assert "| scheduler | vllm (enable_chunked_prefill=True" in markdown
     assert "| router | least_outstanding |" in markdown
