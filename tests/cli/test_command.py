@@ -11,14 +11,9 @@ import sys
 import pytest
 import yaml
 
-from sim.cli import (
-    BROKEN_PIPE_STATUS,
-    COMMANDS,
-    _absolute_folder,
-    _check_command,
-    main,
-    plain_text,
-)
+from sim.cli import BROKEN_PIPE_STATUS, COMMANDS, main
+from sim.cli.folders import absolute_folder
+from sim.cli.help import check_command, plain_text
 from sim.errors import ConfigError
 from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from tests.support import NO_WHATIFS, fleetcast
@@ -204,7 +199,7 @@ def test_plain_text_takes_out_inline_markup():
 )
 def test_a_misspelled_command_is_named_with_the_nearest_one(word, nearest):
     with pytest.raises(ConfigError) as err:
-        _check_command(word)
+        check_command(word)
     assert err.value.field == "command" and err.value.value == word
     assert f"unknown command; did you mean {nearest}?" in err.value.reason
 
@@ -226,7 +221,7 @@ def test_a_misspelled_command_is_named_with_the_nearest_one(word, nearest):
     ],
 )
 def test_overrides_flags_and_far_words_are_not_taken_for_commands(first):
-    _check_command(first)  # no error
+    check_command(first)  # no error
 
 
 def test_a_misspelled_command_fails_in_one_line_and_real_overrides_still_run(tmp_path):
@@ -286,11 +281,11 @@ def test_a_sweep_folder_from_an_environment_variable_is_where_it_says(tmp_path):
 def test_output_dir_interpolations_are_resolved_where_they_need_no_config(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEETCAST_TEST_SWEEPS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    assert _absolute_folder("${oc.env:FLEETCAST_TEST_SWEEPS}/s") == f"{tmp_path}/s"
-    assert _absolute_folder("s") == f"{tmp_path}/s"
-    assert _absolute_folder("runs/${seed}") == "runs/${seed}"  # the config's: Hydra resolves it
+    assert absolute_folder("${oc.env:FLEETCAST_TEST_SWEEPS}/s") == f"{tmp_path}/s"
+    assert absolute_folder("s") == f"{tmp_path}/s"
+    assert absolute_folder("runs/${seed}") == "runs/${seed}"  # the config's: Hydra resolves it
     with pytest.raises(ConfigError, match=r"^output_dir='\$\{oc.env:FLEETCAST_UNSET_FOR_TESTS\}'"):
-        _absolute_folder("${oc.env:FLEETCAST_UNSET_FOR_TESTS}")
+        absolute_folder("${oc.env:FLEETCAST_UNSET_FOR_TESTS}")
 
 
 @pytest.mark.parametrize("missing", ["scipy", "pandas"])
