@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.harness.parsing import Keys, bad_file
+from sim.harness.parsing import Keys, bad_file, request_times
 from sim.harness.results import Definition, MeasuredRequests, MeasuredRun, Statistic
 
 TOOL = "aiperf"
@@ -158,8 +158,14 @@ def read_requests(path: Path, completed: int) -> MeasuredRequests:
         metrics = row.child("metrics")
         inputs.append(metrics.child("input_sequence_length").count("value"))
         outputs.append(metrics.child("output_sequence_length").count("value"))
-        ttfts.append(_seconds(path, metrics, "ttft"))
-        e2es.append(_seconds(path, metrics, "request_latency"))
+        ttft, e2e = request_times(
+            path,
+            f"line {number}",
+            _seconds(path, metrics, "ttft"),
+            _seconds(path, metrics, "request_latency"),
+        )
+        ttfts.append(ttft)
+        e2es.append(e2e)
     if len(inputs) != completed:
         raise bad_file(
             path, f"holds {len(inputs)} requests without error; the statistics say {completed}"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.harness.parsing import Keys, bad_file
+from sim.harness.parsing import Keys, bad_file, request_times
 from sim.harness.results import Definition, MeasuredRequests, MeasuredRun, Statistic
 
 TOOL = "guidellm"
@@ -110,11 +110,20 @@ def _requests(bench: Keys, completed: int) -> MeasuredRequests | None:
     if len(rows) != completed:  # a sample of the requests, not the run's lengths
         return None
     keys = [Keys(bench.path, row, f"{records.where}.successful[{i}]") for i, row in enumerate(rows)]
+    times = [
+        request_times(
+            bench.path,
+            k.where,
+            k.number("first_token_time") - k.number("start_time"),
+            k.number("end_time") - k.number("start_time"),
+        )
+        for k in keys
+    ]
     return MeasuredRequests(
         input_tokens=tuple(k.count("prompt_tokens") for k in keys),
         output_tokens=tuple(k.count("output_tokens") for k in keys),
-        ttft_s=tuple(k.number("first_token_time") - k.number("start_time") for k in keys),
-        e2e_s=tuple(k.number("end_time") - k.number("start_time") for k in keys),
+        ttft_s=tuple(ttft for ttft, _ in times),
+        e2e_s=tuple(e2e for _, e2e in times),
     )
 
 

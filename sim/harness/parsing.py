@@ -52,6 +52,19 @@ def bad_file(path: Path | str, reason: str) -> ConfigError:
     return ConfigError(FIELD, str(path), reason)
 
 
+def request_times(path: Path, where: str, ttft_s: float, e2e_s: float) -> tuple[float, float]:
+    """One request's TTFT and E2E latency (seconds), refused unless 0 <= TTFT <= E2E: its first
+    token comes after it was sent and no later than its last, so a figure outside that is a
+    clock or a unit mixed up, which would pass for a measurement in every comparison after."""
+    if ttft_s < 0:
+        raise bad_file(path, f"{where}: the time to first token is {ttft_s:g} s, below 0")
+    if e2e_s < ttft_s:
+        raise bad_file(
+            path, f"{where}: the latency {e2e_s:g} s ends before the first token ({ttft_s:g} s)"
+        )
+    return ttft_s, e2e_s
+
+
 def read_text(path: Path) -> str:
     if not path.exists():
         raise bad_file(path, "file not found")

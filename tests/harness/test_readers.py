@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from sim.errors import ConfigError
 from sim.harness.formats import read_benchmark
 from sim.harness.results import Definition
 from sim.harness.simulated import SimulatedRequests, mean, per_request, percentile
@@ -225,3 +226,44 @@ def test_a_weighted_percentile_is_numpys_on_the_repeated_samples():
         samples = np.repeat(values, weights.astype(int))
         for q in (0, 0.1, 25, 50, 90, 99, 99.9, 100):
             assert percentile(values, weights, q) == pytest.approx(np.percentile(samples, q))
+
+
+def _aiperf_with_requests(tmp_path, edit):
+    """The AIPerf sample and its per-request export in ``tmp_path``, the first request's
+    metrics changed by ``edit``."""
+    summary = write(tmp_path / AIPERF.name, AIPERF.read_text())
+    lines = AIPERF_REQUESTS.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if json.loads(line).get("error") is None)
+    row = json.loads(lines[first])
+    edit(row["metrics"])
+    lines[first] = json.dumps(row)
+    write(tmp_path / AIPERF_REQUESTS.name, "\n".join(lines) + "\n")
+    return summary, first + 1
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda m: m["ttft"].update(value=-5.0), "the time to first token is -0.005 s, below 0"),
+        (
+            lambda m: m["request_latency"].update(value=m["ttft"]["value"] / 2),
+            "ends before the first token",
+        ),
+    ],
+    ids=["negative ttft", "latency before the first token"],
+)
+def test_aiperf_request_times_out_of_order_are_refused_naming_the_line(tmp_path, edit, reason):
+    summary, line = _aiperf_with_requests(tmp_path, edit)
+    with pytest.raises(ConfigError, match=f"line {line}: .*{reason}"):
+        read_benchmark(summary)
+
+
+def test_guidellm_request_whose_first_token_precedes_its_start_is_refused(tmp_path):
+    doc = json.loads(GUIDELLM_JSON.read_text())
+    bench = doc["benchmarks"][0]
+    (req,) = bench["requests"]["successful"]
+    bench["request_totals"]["successful"] = 1  # the kept request is then the whole run
+    req["first_token_time"] = req["start_time"] - 0.25
+    path = write(tmp_path / "guidellm.json", json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"successful\[0\]: the time to first token is -0.25 s"):
+        read_benchmark(path)
