@@ -69,6 +69,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "workload.day",
         # an hour's latency statistics, computed as a run's summary computes them
         "output.results",
+        # the step-time model's error band of a candidate's class
+        "output.model_error",
     },
     # fleetcast report reads files: run folders (their names), a sweep's SLO attainment as it is
     # ranked, a plan's SLO grammar, intervals and run folder names; never engine/ or fleet/

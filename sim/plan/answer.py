@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sim.output.model_error import MODEL_ERROR_PREFIX, Band
 from sim.output.summary_table import _num
 from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
@@ -19,6 +20,15 @@ from sim.plan.settings import PlanConfig
 
 if TYPE_CHECKING:  # (an answer's headroom to the SLO is a capacity search's result)
     from sim.plan.capacity import Capacity
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """A candidate's class of deployment and its step-time error band (None: no validation
+    rows for its step-time model)."""
+
+    klass: dict[str, str]
+    band: Band | None
 
 
 @dataclass
@@ -37,6 +47,8 @@ class Answer:
     # the chosen fleet's highest rate multiple within every SLO (plan.slo_headroom); None: not
     # searched, or refused
     slo_headroom: Capacity | None = None
+    # plan.model_error=measured: the class and band its model-error searches used
+    model_error: ModelError | None = None
 
     @property
     def chosen(self) -> Point | None:
@@ -122,7 +134,29 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
                 "misses_at_rate_x": to_slo.bracket.misses,
                 "evaluated": {f"{k:g}": p.decision for k, p in sorted(to_slo.points.items())},
             }
+        if answer.model_error is not None:
+            out["model_error"] = model_error_json(answer.model_error, answer.whatifs)
         out["slo"] = slo_json(chosen, plan.confidence)
+    return out
+
+
+def model_error_json(
+    error: ModelError, whatifs: dict[str, tuple[int | None, dict[int, Point]]]
+) -> dict[str, Any]:
+    """``plan.json``'s ``model_error`` block: the class, the band (quantiles, n, source, the
+    level of the table that answered) and the count at its p50 and at its p90."""
+    out: dict[str, Any] = {"class": error.klass, "band": None}
+    band = error.band
+    if band is None:
+        out["note"] = (
+            f"no validation rows for step_time_model {error.klass['step_time_model']}: "
+            "the answer carries no model error"
+        )
+        return out
+    out["band"] = band.json()
+    for quantile in ("p50", "p90"):
+        found = whatifs.get(band.label(quantile))
+        out[f"replicas_at_{quantile}"] = None if found is None else found[0]
     return out
 
 
@@ -195,7 +229,9 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
             f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
         )
         extras = [
-            f"{name}: {_count(w['replicas'], pools)}" for name, w in c.get("whatifs", {}).items()
+            f"{name}: {_count(w['replicas'], pools)}"
+            for name, w in c.get("whatifs", {}).items()
+            if not name.startswith(MODEL_ERROR_PREFIX)  # (on a line of their own)
         ]
         room = c.get("headroom")
         if room:
@@ -216,10 +252,34 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
             )
         if extras:
             lines.append("       what-if: " + "; ".join(extras))
+        if "model_error" in c:
+            lines.append("       model error: " + model_error_text(c["model_error"], pools))
     for c in plan_json["candidates"]:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
     return "\n".join(lines)
+
+
+def model_error_text(block: dict[str, Any], pools: dict[str, dict[str, Any]] | None) -> str:
+    """``3 at the measured model error (p50 x1.02); 4 if step times are as slow as the worst
+    10% of validation rows (p90 x1.21); band ...``."""
+    band = block.get("band")
+    if band is None:
+        return block["note"]
+    own = band["class"] == band["answered_by"] and "held-out" in band["source"]
+    rows = "the profile's held-out runs" if own else "validation rows"
+    return (
+        f"{_count(block['replicas_at_p50'], pools)} at the measured model error "
+        f"(p50 x{band['p50']:.3g}); {_count(block['replicas_at_p90'], pools)} if step times "
+        f"are as slow as the worst 10% of {rows} (p90 x{band['p90']:.3g}); {band_text(band)}"
+    )
+
+
+def band_text(band: dict[str, Any]) -> str:
+    """Where a band came from: ``n 88 of 177 H100-SXM ... runs, class roofline trtllm H100
+    (any tp)``."""
+    shown = " ".join(v for v in band["answered_by"].values() if v != "*")
+    return f"band of n {band['n']} ({band['source']}), class {shown or 'all'} ({band['level']})"
 
 
 def _count(replicas: int | None, pools: dict[str, dict[str, Any]] | None) -> str:

@@ -58,6 +58,7 @@ from typing import Any
 
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
+from sim.output.model_error import read_bands
 from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
 from sim.plan.answer import ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
@@ -85,6 +86,8 @@ def prepare(overrides: list[str]) -> Prepared:
         plan.min_replications,
         f"must be <= plan.max_replications ({plan.max_replications})",
     )
+    if plan.model_error == "measured" and plan.model_error_table is not None:
+        read_bands(Path(plan.model_error_table).expanduser())  # checked before any run
     cfg = compose_config(base)
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
     if plan.solve == MAX_RATE:

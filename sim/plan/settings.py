@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from omegaconf import OmegaConf
-from pydantic import Field
+from pydantic import Field, field_validator
 
 import sim
 from sim.config.validation import Count, Positive, StrictModel, validate
@@ -69,6 +69,19 @@ class PlanConfig(StrictModel):
     # the chosen fleet still meets every SLO (max_rate's search, within its factors and
     # tolerance, without the interval); false: not searched
     slo_headroom: bool = False
+    # the step-time model's own error (sim.output.model_error): measured: each answer searched
+    # again with every step at the band's p50 and p90 multiple (measured / simulated TPOT of
+    # the deployment's class in the validation rows); off: not searched
+    model_error: Literal["off", "measured"] = "off"
+    # the bands table model_error reads; null: the shipped data/model_error/bands.csv
+    model_error_table: str | None = None
+
+    @field_validator("model_error", mode="before")
+    @classmethod
+    def _off_is_off(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` as false."""
+        return "off" if value is False else value
+
     # the first replication's seed (then seed + 1, ...); null: the config's seed
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
