@@ -51,7 +51,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # engine configuration
     "deploy": BASICS | {"config", "catalog", "engine", "fleet", "output", "workload.source"},
     # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
-    "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
+    # (and a bench profile's own held-out error band, output.model_error)
+    "calibration": BASICS | {"config", "catalog", "engine", "harness", "run", "output.model_error"},
     "sweeps": BASICS | {"config", "output.run_files"},
     # benchmark result files and run folders, read as files
     "harness": BASICS | {"output.run_files"},

@@ -69,6 +69,7 @@ class Band:
     klass: dict[str, str]  # the class asked for
     answered_by: dict[str, str]  # the table row that answered (ANY where it is coarser)
     quantity: str = QUANTITY
+    rows: str = "validation rows"  # what the rows are, in words
 
     def level(self) -> str:
         """The columns the answering row left open, in words: ``exact class``, ``any tp``."""
@@ -214,31 +215,24 @@ def deployment_class(cfg: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def band_of_runs(
-    measured: Sequence[float], predicted: Sequence[float], source: str, klass: dict[str, str]
+BENCH_ROWS = "the profile's held-out runs"
+
+
+def held_out_band(
+    records: Sequence[Mapping[str, Any]], source: str, klass: dict[str, str]
 ) -> Band | None:
-    """The band of some runs' own ratios (a bench profile's held-out runs); None: no run."""
-    ratios = [m / p for m, p in zip(measured, predicted, strict=True) if m and p]
+    """A bench profile's own band (``BenchProfile.runs`` records): measured / calibrated TPOT
+    of the runs its fit held out, however few (``n`` says how many); None: none held out."""
+    ratios = []
+    for record in records:
+        measured = (record.get("measured") or {}).get("tpot")
+        predicted = (record.get("calibrated") or {}).get("tpot")
+        if record.get("held_out") and measured and predicted:
+            ratios.append(measured / predicted)
     if not ratios:
         return None
     p10, p50, p90 = quantiles(ratios)
-    return Band(len(ratios), p10, p50, p90, source, klass, dict(klass))
-
-
-def band_of_bench_profile(profile: Any, path: str, klass: dict[str, str]) -> Band | None:
-    """A bench profile's own band: measured / calibrated TPOT of the runs its fit held out."""
-    held = [r for r in profile.runs if r.get("held_out")]
-    pairs = [
-        ((r.get("measured") or {}).get("tpot"), (r.get("calibrated") or {}).get("tpot"))
-        for r in held
-    ]
-    pairs = [(m, p) for m, p in pairs if m and p]
-    return band_of_runs(
-        [m for m, _ in pairs],
-        [p for _, p in pairs],
-        f"held-out runs of {Path(path).name} (fleetcast calibrate --bench)",
-        klass,
-    )
+    return Band(len(ratios), p10, p50, p90, source, klass, dict(klass), rows=BENCH_ROWS)
 
 
 def band_for(
@@ -252,5 +246,6 @@ def band_for(
 
         path = str(cfg["step_time"]["profile"])
         profile = BenchProfile.load(resolve_path(path, "step_time.profile"))
-        return klass, band_of_bench_profile(profile, path, klass)
+        source = f"{Path(path).name}, fleetcast calibrate --bench"
+        return klass, held_out_band(profile.runs, source, klass)
     return klass, lookup(klass, read_bands(table_path or shipped_bands_path()))

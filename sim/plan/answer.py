@@ -266,8 +266,7 @@ def model_error_text(block: dict[str, Any], pools: dict[str, dict[str, Any]] | N
     band = block.get("band")
     if band is None:
         return block["note"]
-    own = band["class"] == band["answered_by"] and "held-out" in band["source"]
-    rows = "the profile's held-out runs" if own else "validation rows"
+    rows = band.get("rows", "validation rows")
     return (
         f"{_count(block['replicas_at_p50'], pools)} at the measured model error "
         f"(p50 x{band['p50']:.3g}); {_count(block['replicas_at_p90'], pools)} if step times "
