@@ -81,6 +81,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.summary_table",
         "sweeps.monitor",
         "plan.slo",
+        "output.model_error",  # a plan answer's model-error block in words
         "plan.replications",
         "plan.runs",
         "plan.rounds",

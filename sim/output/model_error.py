@@ -24,7 +24,7 @@ its own held-out runs instead (``band_of_bench_profile``).
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -249,3 +249,25 @@ def band_for(
         source = f"{Path(path).name}, fleetcast calibrate --bench"
         return klass, held_out_band(profile.runs, source, klass)
     return klass, lookup(klass, read_bands(table_path or shipped_bands_path()))
+
+
+def model_error_text(block: Mapping[str, Any], count: Callable[[int | None], str]) -> str:
+    """A plan answer's ``model_error`` block in words: ``3 at the measured model error (p50
+    x1.02); 4 if step times are as slow as the worst 10% of validation rows (p90 x1.21); band
+    of n 88 (...), class ...``; ``count`` writes a replica count (None: infeasible)."""
+    band = block.get("band")
+    if band is None:
+        return str(block.get("note", "no band"))
+    return (
+        f"{count(block.get('replicas_at_p50'))} at the measured model error "
+        f"(p50 x{band['p50']:.3g}); {count(block.get('replicas_at_p90'))} if step times are as "
+        f"slow as the worst 10% of {band.get('rows', 'validation rows')} "
+        f"(p90 x{band['p90']:.3g}); {band_text(band)}"
+    )
+
+
+def band_text(band: Mapping[str, Any]) -> str:
+    """Where a band came from: ``band of n 88 (source), class roofline trtllm H100 (any
+    tp)``."""
+    shown = " ".join(str(v) for v in band["answered_by"].values() if v != ANY)
+    return f"band of n {band['n']} ({band['source']}), class {shown or 'all'} ({band['level']})"

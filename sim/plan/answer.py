@@ -8,11 +8,12 @@ fleet's pools each at its own GPU's price."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sim.output.model_error import MODEL_ERROR_PREFIX, Band
+from sim.output.model_error import MODEL_ERROR_PREFIX, Band, model_error_text
 from sim.output.summary_table import _num
 from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
@@ -253,32 +254,12 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         if extras:
             lines.append("       what-if: " + "; ".join(extras))
         if "model_error" in c:
-            lines.append("       model error: " + model_error_text(c["model_error"], pools))
+            count = partial(_count, pools=pools)
+            lines.append("       model error: " + model_error_text(c["model_error"], count))
     for c in plan_json["candidates"]:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
     return "\n".join(lines)
-
-
-def model_error_text(block: dict[str, Any], pools: dict[str, dict[str, Any]] | None) -> str:
-    """``3 at the measured model error (p50 x1.02); 4 if step times are as slow as the worst
-    10% of validation rows (p90 x1.21); band ...``."""
-    band = block.get("band")
-    if band is None:
-        return block["note"]
-    rows = band.get("rows", "validation rows")
-    return (
-        f"{_count(block['replicas_at_p50'], pools)} at the measured model error "
-        f"(p50 x{band['p50']:.3g}); {_count(block['replicas_at_p90'], pools)} if step times "
-        f"are as slow as the worst 10% of {rows} (p90 x{band['p90']:.3g}); {band_text(band)}"
-    )
-
-
-def band_text(band: dict[str, Any]) -> str:
-    """Where a band came from: ``n 88 of 177 H100-SXM ... runs, class roofline trtllm H100
-    (any tp)``."""
-    shown = " ".join(v for v in band["answered_by"].values() if v != "*")
-    return f"band of n {band['n']} ({band['source']}), class {shown or 'all'} ({band['level']})"
 
 
 def _count(replicas: int | None, pools: dict[str, dict[str, Any]] | None) -> str:

@@ -10,6 +10,8 @@ from sim.errors import ConfigError
 from sim.output.model_error import BAND_COLUMNS
 from sim.plan.answer import ranked_table
 from sim.plan.planner import run_plan
+from sim.report.answer import plan_answer
+from sim.report.inputs import PlanInput
 from tests.scenarios import MD1
 
 RATE, STEP, BOUND = 100.0, 0.01, 0.04
@@ -94,6 +96,13 @@ def test_the_ranked_table_says_the_count_at_the_band_and_where_it_came_from(tmp_
         "(any engine, any gpu_family, any tp, any precision)"
     )
     assert "what-if" not in text  # the model-error searches are not repeated as what-ifs
+    # fleetcast report's answer says the same
+    report = plan_answer(PlanInput(tmp_path / "plan", plan_json, None, None), None)
+    assert report.endswith(
+        "The model's own error: 2 at the measured model error (p50 x1.25); 3 if step times "
+        "are as slow as the worst 10% of validation rows (p90 x1.9); band of n 12 (test), "
+        "class constant (any engine, any gpu_family, any tp, any precision)."
+    )
 
 
 def test_a_model_without_validation_rows_says_so(tmp_path):
