@@ -383,7 +383,8 @@ def fit(
     records = [
         _run_record(run, default_figures[i], fitted_figures[i]) for i, run in enumerate(runs)
     ]
-    band = held_out_band(records, "this profile's held-out runs", _bench_class(fitted_runs[0]))
+    klass = _bench_class(fitted_runs[0])
+    band = held_out_band(records, "this profile's held-out runs", klass)
     profile = BenchProfile(
         terms=best,
         fitted_for=_deployments(fitted_runs),
@@ -401,7 +402,7 @@ def fit(
             "at_bounds": at_bounds(best_x, params, base),
             # the step-time error band of the held-out runs (measured / calibrated TPOT): a
             # plan with this profile answers with it (sim.output.model_error); None: none held
-            "model_error": None if band is None else band.json(),
+            "model_error": None if band is None else {"class": klass, **band.json()},
         },
     )
     return FitResult(profile, base, count, default_figures, fitted_figures)

@@ -77,8 +77,10 @@ class Band:
         return "exact class" if not loose else "any " + ", any ".join(loose)
 
     def json(self) -> dict[str, Any]:
+        """The band for summary.json, plan.json and a bench profile (the class asked for sits
+        beside it there)."""
         out = asdict(self)
-        out["class"] = out.pop("klass")
+        del out["klass"]
         out["level"] = self.level()
         return out
 
@@ -271,3 +273,19 @@ def band_text(band: Mapping[str, Any]) -> str:
     tp)``."""
     shown = " ".join(str(v) for v in band["answered_by"].values() if v != ANY)
     return f"band of n {band['n']} ({band['source']}), class {shown or 'all'} ({band['level']})"
+
+
+def model_error_block(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """summary.json's ``model_error`` (``output.model_error=true``): the run's class and the
+    band of its step-time model for it (``band_for``); no band: a note says why."""
+    klass, band = band_for(cfg)
+    if band is None:
+        return {"class": klass, "band": None, "note": no_band_note(klass)}
+    return {"class": klass, "band": band.json(), "note": None}
+
+
+def no_band_note(klass: Mapping[str, str]) -> str:
+    model = klass["step_time_model"]
+    if model == "bench_profile":
+        return "the bench profile held out no run: no error band of its own"
+    return f"no validation rows for step_time_model {model}: no measured error band"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sim.output.model_error import MODEL_ERROR_PREFIX, Band, model_error_text
+from sim.output.model_error import MODEL_ERROR_PREFIX, Band, model_error_text, no_band_note
 from sim.output.summary_table import _num
 from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
@@ -149,10 +149,7 @@ def model_error_json(
     out: dict[str, Any] = {"class": error.klass, "band": None}
     band = error.band
     if band is None:
-        out["note"] = (
-            f"no validation rows for step_time_model {error.klass['step_time_model']}: "
-            "the answer carries no model error"
-        )
+        out["note"] = no_band_note(error.klass)
         return out
     out["band"] = band.json()
     for quantile in ("p50", "p90"):

@@ -230,3 +230,32 @@ def test_a_written_table_reads_back(tmp_path):
     assert [lookup(H100_TP2, again)] == [
         lookup(H100_TP2, [{k: str(v) for k, v in r.items()} for r in table])
     ]
+
+
+def test_a_runs_summary_carries_its_band_only_when_asked(tmp_path):
+    from sim.output.summary_table import format_summary
+    from sim.run import simulate
+
+    small = ("workload=poisson", "workload.num_requests=20", "sim.progress=false")
+    plain = simulate(compose(*small, "fleet.tp=2")).summary
+    assert "model_error" not in plain  # off by default: summary.json as before
+    cfg = compose(*small, "fleet.tp=2", "+output.model_error=true")
+    summary = simulate(cfg).summary
+    block = summary["model_error"]
+    shipped = read_bands(REPO_ROOT / "data" / "model_error" / "bands.csv")
+    expected = lookup(deployment_class(cfg), shipped)
+    assert expected is not None
+    assert block == {"class": deployment_class(cfg), "band": expected.json(), "note": None}
+    assert block["class"]["tp"] == "2"
+    line = next(li for li in format_summary(summary, cfg).splitlines() if "model error" in li)
+    assert line.startswith(
+        f"model error: measured / predicted mean TPOT p50 x{expected.p50:.3g}, "
+        f"p90 x{expected.p90:.3g}; band of n {expected.n} ("
+    )
+    # a step-time model without validation rows says so
+    cfg = compose(*small, "step_time=constant", "+output.model_error=true")
+    assert simulate(cfg).summary["model_error"] == {
+        "class": deployment_class(cfg),
+        "band": None,
+        "note": "no validation rows for step_time_model constant: no measured error band",
+    }

@@ -111,7 +111,7 @@ def test_a_model_without_validation_rows_says_so(tmp_path):
     (answer,) = plan(tmp_path / "plan", str(table), "plan.step_time_scales=[]")["candidates"]
     assert answer["model_error"]["band"] is None
     assert answer["model_error"]["note"] == (
-        "no validation rows for step_time_model constant: the answer carries no model error"
+        "no validation rows for step_time_model constant: no measured error band"
     )
     assert answer["whatifs"] == {}
 
