@@ -76,6 +76,12 @@ class Band:
         loose = [k for k in CLASS_KEYS if self.answered_by.get(k) == ANY]
         return "exact class" if not loose else "any " + ", any ".join(loose)
 
+    @classmethod
+    def from_json(cls, given: Mapping[str, Any], klass: dict[str, str]) -> Band:
+        """The band ``json`` wrote, for ``klass``."""
+        fields = {k: v for k, v in given.items() if k != "level"}
+        return cls(**fields, klass=klass)
+
     def json(self) -> dict[str, Any]:
         """The band for summary.json, plan.json and a bench profile (the class asked for sits
         beside it there)."""
@@ -238,10 +244,10 @@ def held_out_band(
 
 
 def band_for(
-    cfg: Mapping[str, Any], table_path: Path | None = None
+    cfg: Mapping[str, Any], table: Sequence[Mapping[str, str]] | None = None
 ) -> tuple[dict[str, str], Band | None]:
     """(the class of a composed config, its band): a bench profile's own held-out band, else
-    the table's (the shipped one unless ``table_path``)."""
+    the table's (``read_bands``; None: the shipped one)."""
     klass = deployment_class(cfg)
     if klass["step_time_model"] == "bench_profile":
         from sim.engine.step_time.bench_profile import BenchProfile
@@ -250,7 +256,7 @@ def band_for(
         profile = BenchProfile.load(resolve_path(path, "step_time.profile"))
         source = f"{Path(path).name}, fleetcast calibrate --bench"
         return klass, held_out_band(profile.runs, source, klass)
-    return klass, lookup(klass, read_bands(table_path or shipped_bands_path()))
+    return klass, lookup(klass, read_bands(shipped_bands_path()) if table is None else table)
 
 
 def model_error_text(block: Mapping[str, Any], count: Callable[[int | None], str]) -> str:

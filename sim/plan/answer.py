@@ -31,6 +31,14 @@ class ModelError:
     klass: dict[str, str]
     band: Band | None
 
+    def json(self) -> dict[str, Any]:
+        return {"class": self.klass, "band": None if self.band is None else self.band.json()}
+
+    @classmethod
+    def from_json(cls, given: dict[str, Any]) -> ModelError:
+        band = given["band"]
+        return cls(given["class"], None if band is None else Band.from_json(band, given["class"]))
+
 
 @dataclass
 class Answer:

@@ -58,9 +58,9 @@ from typing import Any
 
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
-from sim.output.model_error import read_bands
+from sim.output.model_error import band_for, read_bands, shipped_bands_path
 from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
-from sim.plan.answer import ranked_table
+from sim.plan.answer import ModelError, ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
@@ -86,8 +86,6 @@ def prepare(overrides: list[str]) -> Prepared:
         plan.min_replications,
         f"must be <= plan.max_replications ({plan.max_replications})",
     )
-    if plan.model_error == "measured" and plan.model_error_table is not None:
-        read_bands(Path(plan.model_error_table).expanduser())  # checked before any run
     cfg = compose_config(base)
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
     if plan.solve == MAX_RATE:
@@ -115,8 +113,32 @@ def prepare(overrides: list[str]) -> Prepared:
     # an example summary (the fewest replicas of the base deployment) names the statistics
     _check_slo(plan, example_base, seed, fewest_replicas(cfg))
     return Prepared(
-        plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None, fewest
+        plan,
+        base,
+        seed,
+        each,
+        folder.absolute(),
+        cfg["workload"] if day else None,
+        fewest,
+        model_errors=_model_errors(plan, base, each),
     )
+
+
+def _model_errors(
+    plan: PlanConfig, base: list[str], each: list[list[str]]
+) -> list[dict[str, Any]] | None:
+    """``plan.model_error=measured``: each candidate's class and band (``ModelError.json``);
+    None: off. ConfigError on a bad ``plan.model_error_table``."""
+    if plan.model_error == "off":
+        return None
+    given = plan.model_error_table
+    table = read_bands(Path(given).expanduser() if given else shipped_bands_path())
+    out = []
+    for candidate in each:
+        cfg = compose_config([*base, *candidate])
+        klass, band = band_for(cfg, table)
+        out.append(ModelError(klass, band).json())
+    return out
 
 
 def _folder(plan: PlanConfig) -> Path:

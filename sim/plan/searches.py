@@ -10,11 +10,8 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-from sim.config.compose import compose_config
-from sim.output.model_error import band_for
 from sim.plan.answer import Answer, ModelError, answer_json, rows_table
 from sim.plan.capacity import fleet_capacity
 from sim.plan.files import write_plan
@@ -117,17 +114,6 @@ def plan_candidate(
     return answer
 
 
-def _model_error(prepared: Prepared, candidate: list[str], plan: PlanConfig) -> ModelError | None:
-    """A candidate's class and band (``plan.model_error=measured``), looked up before any
-    search starts (composing a config is not for the search threads); None: off."""
-    if plan.model_error == "off":
-        return None
-    table = plan.model_error_table
-    cfg = compose_config([*prepared.base, *candidate])
-    klass, band = band_for(cfg, Path(table).expanduser() if table else None)
-    return ModelError(klass, band)
-
-
 def _unless_refused(search: Callable[[], Any]) -> Any:
     """``search()``, or None when a simulation it needs is refused."""
     try:
@@ -176,7 +162,8 @@ def plan_candidates(
     plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
     fewest = prepared.fewest or [1] * len(each)
     constraints = [parse(text) for text in plan.slo]
-    errors = [_model_error(prepared, c, plan) for c in each]
+    given = prepared.model_errors
+    errors = [None] * len(each) if given is None else [ModelError.from_json(g) for g in given]
     with _Progress(len(each), progress) as bar:
         rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
         sims = Simulations(prepared.base, prepared.seed, rounds)

@@ -120,6 +120,9 @@ class Prepared:
     fewest: list[int] | None = None
     # a capacity plan's (plan.solve=max_rate) fleet size, as given; None: the count is searched
     replicas: int | None = None
+    # plan.model_error=measured: each candidate's class and band (``ModelError.json``), looked
+    # up here since the searches run inside Hydra's sweeper, where no config is composed
+    model_errors: list[dict[str, Any]] | None = None
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -136,6 +139,7 @@ class Prepared:
                 "day_workload": self.day_workload,
                 "fewest": self.fewest,
                 **({"replicas": self.replicas} if self.replicas is not None else {}),
+                **({"model_errors": self.model_errors} if self.model_errors is not None else {}),
                 "version": sim.__version__,
             },
             indent=1,
@@ -157,4 +161,5 @@ class Prepared:
             given.get("day_workload"),
             given.get("fewest"),
             given.get("replicas"),
+            given.get("model_errors"),
         )
