@@ -4,6 +4,8 @@ plan.json and the ranked table."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sim.errors import ConfigError
@@ -13,6 +15,7 @@ from sim.plan.planner import run_plan
 from sim.report.answer import plan_answer
 from sim.report.inputs import PlanInput
 from tests.scenarios import MD1
+from tests.support import NO_WHATIFS
 
 RATE, STEP, BOUND = 100.0, 0.01, 0.04
 
@@ -150,3 +153,48 @@ def test_a_bad_bands_table_is_one_line_naming_the_field(tmp_path, text, reason):
     with pytest.raises(ConfigError, match="plan.model_error_table") as err:
         plan(tmp_path / "plan", str(table), "plan.step_time_scales=[]")
     assert reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_command_answers_with_the_band_and_plan_parquet_has_its_scenarios(tmp_path, capsys):
+    """Through ``fleetcast plan`` (Hydra's sweeper runs the searches: the bands are looked up
+    before it starts) with the shipped table and its roofline bands."""
+    import pyarrow.parquet as pq
+
+    from sim.cli import run_hydra
+    from sim.plan.planner import main
+
+    argv = [
+        "workload=poisson",
+        "workload.num_requests=100",
+        "workload.qps=5",
+        "workload.prompt_tokens=128",
+        "workload.output_tokens=16",
+        "plan.slo=[ttft_s.p99 <= 1]",
+        "plan.max_replicas=2",
+        "plan.min_replications=2",
+        "plan.max_replications=2",
+        "plan.jobs=1",
+        f"plan.output_dir={tmp_path}",
+        *NO_WHATIFS,
+        "plan.model_error=measured",
+    ]
+    assert main(argv, run_hydra) == 0
+    out = capsys.readouterr().out
+    block = json.loads((tmp_path / "plan.json").read_text())["candidates"][0]["model_error"]
+    band = block["band"]
+    assert block["class"] == {
+        "step_time_model": "roofline",
+        "engine": "vllm",
+        "gpu_family": "H100",
+        "tp": "1",
+        "precision": "bf16",
+    }
+    assert band["rows"] == "validation rows" and band["n"] >= 10
+    assert band["p10"] <= band["p50"] <= band["p90"]
+    assert f"1 at the measured model error (p50 x{band['p50']:.3g}); 1 if step times" in out
+    scenarios = set(pq.read_table(tmp_path / "plan.parquet").column("scenario").to_pylist())
+    assert scenarios == {
+        "base",
+        f"model error p50 x{band['p50']:.4g}",
+        f"model error p90 x{band['p90']:.4g}",
+    }
