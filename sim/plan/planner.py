@@ -27,7 +27,11 @@ folder holds:
 
 and the ranked table is printed at the end. At each answer the plan adds what-ifs (the count
 with steps 10% faster or slower, and with 20% more traffic, searched outward from the answer)
-and the headroom (the rate multiple at which the chosen fleet stops being stable).
+and the headroom (the rate multiple at which the chosen fleet stops being stable). With
+``plan.model_error=measured`` it also searches each answer with every step at the median and
+at the 90th percentile of the step-time model's measured error for the candidate's class
+(``sim.output.model_error``; the bands are looked up here, before Hydra's sweeper starts) and
+answers with both, and ``plan.json`` holds the band as ``model_error``.
 
 With ``plan.solve=max_rate`` the plan answers for one fleet, the config as given (its
 ``fleet.replicas`` included; no grid): the highest arrival rate, in requests/s and tokens/s,
