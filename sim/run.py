@@ -39,6 +39,7 @@ from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.cluster import Cluster
 from sim.fleet.router import Router
+from sim.output.model_error import model_error_block
 from sim.output.request_log import RequestLog
 from sim.output.results import prefix_cache_summary, summarize
 from sim.output.run_files import (
@@ -153,6 +154,8 @@ def simulate(
                 bar.close()
         totals = step_log.finish(len(cluster.replicas), sinks.steps)
         summary = _summary(run, fleet, workload, cluster, step_log, totals, sinks.requests)
+        if run.output.model_error:  # the step-time model's measured error for this class
+            summary["model_error"] = model_error_block(cfg)
         texts = _refusal_texts(summary, [*schedulers, *_engines_schedulers(cluster)])
         return sinks.result(summary, cfg, texts, fleet.tables())
     finally:

@@ -51,7 +51,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     # engine configuration
     "deploy": BASICS | {"config", "catalog", "engine", "fleet", "output", "workload.source"},
     # calibrate --bench simulates (sim.run) the benchmark files sim.harness reads
-    "calibration": BASICS | {"config", "catalog", "engine", "harness", "run"},
+    # (and a bench profile's own held-out error band, output.model_error)
+    "calibration": BASICS | {"config", "catalog", "engine", "harness", "run", "output.model_error"},
     "sweeps": BASICS | {"config", "output.run_files"},
     # benchmark result files and run folders, read as files
     "harness": BASICS | {"output.run_files"},
@@ -69,6 +70,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "workload.day",
         # an hour's latency statistics, computed as a run's summary computes them
         "output.results",
+        # the step-time model's error band of a candidate's class
+        "output.model_error",
     },
     # fleetcast report reads files: run folders (their names), a sweep's SLO attainment as it is
     # ranked, a plan's SLO grammar, intervals and run folder names; never engine/ or fleet/
@@ -78,6 +81,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.summary_table",
         "sweeps.monitor",
         "plan.slo",
+        "output.model_error",  # a plan answer's model-error block in words
         "plan.replications",
         "plan.runs",
         "plan.rounds",

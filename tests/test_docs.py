@@ -255,6 +255,7 @@ SUMMARY_RUNS = {
     "price tiers": ["workload.num_requests=20", "fleet.tiers={reserved: 1, on_demand: rest}"],
     "autoscaled": ["workload.num_requests=20", "autoscale.policy=utilization"],
     "speculative decoding": ["workload.num_requests=20", "spec_decode.num_draft_tokens=3"],
+    "model error": ["workload.num_requests=20", "+output.model_error=true"],
     "two models, energy, rejections": [
         "placement=colocated",
         "cost.energy.enabled=true",

@@ -12,6 +12,7 @@
 
 May import: ``sim.engine`` (the step shape, profiles), ``sim.catalog``, ``sim.config``,
 ``sim.errors``, ``sim.resources``, ``sim.harness`` and ``sim.run`` (``bench_fit`` reads
-benchmark files and simulates them), and the ``calibrate`` / ``profile`` extras (SciPy, pandas,
+benchmark files and simulates them), ``sim.output.model_error`` (a bench profile's own
+held-out error band), and the ``calibrate`` / ``profile`` extras (SciPy, pandas,
 PyTorch), only inside this package.
 """

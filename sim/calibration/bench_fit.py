@@ -31,6 +31,9 @@ The model's form was chosen before scoring it on any run:
 - held out: every ``holdout_every``-th run in the order given (default every third; with two
   runs the second) is simulated with the fitted terms but never seen by the fit, and its error
   is reported beside the fitted runs'. One run leaves nothing to hold out: said, not hidden.
+  The held-out runs' measured / calibrated mean TPOT is the profile's own step-time error band
+  (``provenance["model_error"]``, ``sim.output.model_error``), which a plan with the profile
+  answers with instead of the shipped validation bands.
 
 The profile keeps the terms fitted on the fitted runs only, so its held-out error describes the
 file a user gets. A term the fit leaves at a bound of its range, or an efficiency capped at 1,
@@ -69,6 +72,7 @@ from sim.errors import ConfigError, require
 from sim.harness.simulated import (
     from_table,
 )
+from sim.output.model_error import deployment_class, held_out_band
 from sim.run import simulate
 
 OBSERVATION_SIGMA = 0.1  # log error that counts as one unit of the objective
@@ -376,13 +380,16 @@ def fit(
             "default": errors(chosen, [default_figures[i] for i in indices]),
             "calibrated": errors(chosen, [fitted_figures[i] for i in indices]),
         }
+    records = [
+        _run_record(run, default_figures[i], fitted_figures[i]) for i, run in enumerate(runs)
+    ]
+    klass = _bench_class(fitted_runs[0])
+    band = held_out_band(records, "this profile's held-out runs", klass)
     profile = BenchProfile(
         terms=best,
         fitted_for=_deployments(fitted_runs),
         fitted=sorted(best),
-        runs=[
-            _run_record(run, default_figures[i], fitted_figures[i]) for i, run in enumerate(runs)
-        ],
+        runs=records,
         error=error,
         provenance={
             "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -393,9 +400,17 @@ def fit(
             "seed": int(fitted_runs[0].cfg.get("seed", 0)),
             # terms the fit left at a bound of their range, and what that suggests
             "at_bounds": at_bounds(best_x, params, base),
+            # the step-time error band of the held-out runs (measured / calibrated TPOT): a
+            # plan with this profile answers with it (sim.output.model_error); None: none held
+            "model_error": None if band is None else {"class": klass, **band.json()},
         },
     )
     return FitResult(profile, base, count, default_figures, fitted_figures)
+
+
+def _bench_class(run: BenchRun) -> dict[str, str]:
+    """The class of deployment of a fitted run, its step-time model the bench profile."""
+    return {**deployment_class(run.cfg), "step_time_model": "bench_profile"}
 
 
 def _deployments(runs: Sequence[BenchRun]) -> list[dict[str, str]]:

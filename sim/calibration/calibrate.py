@@ -321,6 +321,16 @@ def _bench_main(args: argparse.Namespace, overrides: list[str]) -> int:
                 f"  {label + ', ' + names[metric]:<32}{after['runs']:>6}"
                 f"{before['mape']:>12.1%}{after['mape']:>12.1%}"
             )
+    band = profile.provenance.get("model_error")
+    print(
+        "  step-time error band of the held-out runs (measured / calibrated mean TPOT): "
+        + (
+            f"p10 x{band['p10']:.3g}, p50 x{band['p50']:.3g}, p90 x{band['p90']:.3g} "
+            f"(n {band['n']}; plan.model_error=measured answers with it)"
+            if band
+            else "none (no run held out)"
+        )
+    )
     print("  per run (measured / default / calibrated; * held out):")
     for run, record in zip(runs, profile.runs, strict=True):
         parts = []

@@ -317,6 +317,9 @@ class OutputConfig(StrictModel):
 
     steps: Literal["full", "bucketed", "none"] = "full"
     step_bucket_s: Positive = 60.0
+    # summary.json's model_error block: the step-time model's error band for this deployment's
+    # class, measured on validation runs (sim/output/model_error.py); false: none
+    model_error: bool = False
 
 
 class FrontendConfig(StrictModel):

@@ -12,6 +12,8 @@
 - ``cost``: what the fleet costs, and the unit costs derived from the run's rates;
 - ``scaling``: an autoscaled fleet's changes (``scaling.parquet``) and their integrals, the
   bill as GPUs x time;
+- ``model_error``: the step-time model's error band of a class of deployment, measured on
+  validation runs (``data/model_error/bands.csv``), for plans and summaries;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.
 

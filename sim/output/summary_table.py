@@ -9,6 +9,7 @@ from sim.engine.step_time.bench_profile import BenchProfile
 from sim.engine.step_time.profile import Profile, profile_file_name, shipped_profile_dir
 from sim.errors import ConfigError
 from sim.output.cost import split_by_pool
+from sim.output.model_error import band_text
 from sim.resources import resolve_path
 
 
@@ -29,6 +30,20 @@ def _placement(node: Mapping) -> str:
     if mode == "disaggregated":
         return ", disaggregated prefill/decode"
     return f", {node['mode']} with {node['second_model']} ({node['traffic_share']:.0%} of requests)"
+
+
+def _model_error_lines(block: Mapping | None) -> list[str]:
+    """``output.model_error=true``: the step-time model's error band, and where it came
+    from."""
+    if not block:
+        return []
+    band = block.get("band")
+    if band is None:
+        return [f"model error: {block.get('note')}"]
+    return [
+        f"model error: {band['quantity']} p50 x{band['p50']:.3g}, p90 x{band['p90']:.3g}; "
+        f"{band_text(band)}"
+    ]
 
 
 def format_summary(
@@ -68,6 +83,7 @@ def format_summary(
         f"scheduler {sched}, router {router}, step time {step_time}"
         + _placement(cfg.get("placement") or {}),
         *([f"step time:  {source}"] if source else []),
+        *_model_error_lines(summary.get("model_error")),
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
         f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",

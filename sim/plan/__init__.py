@@ -37,8 +37,8 @@ highest rate a fleet serves within them), with the uncertainty of each figure.
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``
 (the summary table's number format; ``results``: an hour's latency statistics as a summary
-computes them), ``sim.workload.day`` (a day's periods and the workloads
-that stand for them), and SciPy (t quantiles).
+computes them; ``model_error``: a candidate's step-time error band), ``sim.workload.day``
+(a day's periods and the workloads that stand for them), and SciPy (t quantiles).
 """
 
 # How a plan stopped by Ctrl-C ends, here where nothing is imported: ``sim.cli`` reads these

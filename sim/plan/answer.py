@@ -8,10 +8,12 @@ fleet's pools each at its own GPU's price."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from sim.output.model_error import MODEL_ERROR_PREFIX, Band, model_error_text, no_band_note
 from sim.output.summary_table import _num
 from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
@@ -19,6 +21,23 @@ from sim.plan.settings import PlanConfig
 
 if TYPE_CHECKING:  # (an answer's headroom to the SLO is a capacity search's result)
     from sim.plan.capacity import Capacity
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """A candidate's class of deployment and its step-time error band (None: no validation
+    rows for its step-time model)."""
+
+    klass: dict[str, str]
+    band: Band | None
+
+    def json(self) -> dict[str, Any]:
+        return {"class": self.klass, "band": None if self.band is None else self.band.json()}
+
+    @classmethod
+    def from_json(cls, given: dict[str, Any]) -> ModelError:
+        band = given["band"]
+        return cls(given["class"], None if band is None else Band.from_json(band, given["class"]))
 
 
 @dataclass
@@ -37,6 +56,8 @@ class Answer:
     # the chosen fleet's highest rate multiple within every SLO (plan.slo_headroom); None: not
     # searched, or refused
     slo_headroom: Capacity | None = None
+    # plan.model_error=measured: the class and band its model-error searches used
+    model_error: ModelError | None = None
 
     @property
     def chosen(self) -> Point | None:
@@ -122,7 +143,26 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
                 "misses_at_rate_x": to_slo.bracket.misses,
                 "evaluated": {f"{k:g}": p.decision for k, p in sorted(to_slo.points.items())},
             }
+        if answer.model_error is not None:
+            out["model_error"] = model_error_json(answer.model_error, answer.whatifs)
         out["slo"] = slo_json(chosen, plan.confidence)
+    return out
+
+
+def model_error_json(
+    error: ModelError, whatifs: dict[str, tuple[int | None, dict[int, Point]]]
+) -> dict[str, Any]:
+    """``plan.json``'s ``model_error`` block: the class, the band (quantiles, n, source, the
+    level of the table that answered) and the count at its p50 and at its p90."""
+    out: dict[str, Any] = {"class": error.klass, "band": None}
+    band = error.band
+    if band is None:
+        out["note"] = no_band_note(error.klass)
+        return out
+    out["band"] = band.json()
+    for quantile in ("p50", "p90"):
+        found = whatifs.get(band.label(quantile))
+        out[f"replicas_at_{quantile}"] = None if found is None else found[0]
     return out
 
 
@@ -195,7 +235,9 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
             f"; {stats}; P(miss) {c['miss_probability']:.0%} of {c['replications']}"
         )
         extras = [
-            f"{name}: {_count(w['replicas'], pools)}" for name, w in c.get("whatifs", {}).items()
+            f"{name}: {_count(w['replicas'], pools)}"
+            for name, w in c.get("whatifs", {}).items()
+            if not name.startswith(MODEL_ERROR_PREFIX)  # (on a line of their own)
         ]
         room = c.get("headroom")
         if room:
@@ -216,6 +258,9 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
             )
         if extras:
             lines.append("       what-if: " + "; ".join(extras))
+        if "model_error" in c:
+            count = partial(_count, pools=pools)
+            lines.append("       model error: " + model_error_text(c["model_error"], count))
     for c in plan_json["candidates"]:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")

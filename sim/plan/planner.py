@@ -27,7 +27,11 @@ folder holds:
 
 and the ranked table is printed at the end. At each answer the plan adds what-ifs (the count
 with steps 10% faster or slower, and with 20% more traffic, searched outward from the answer)
-and the headroom (the rate multiple at which the chosen fleet stops being stable).
+and the headroom (the rate multiple at which the chosen fleet stops being stable). With
+``plan.model_error=measured`` it also searches each answer with every step at the median and
+at the 90th percentile of the step-time model's measured error for the candidate's class
+(``sim.output.model_error``; the bands are looked up here, before Hydra's sweeper starts) and
+answers with both, and ``plan.json`` holds the band as ``model_error``.
 
 With ``plan.solve=max_rate`` the plan answers for one fleet, the config as given (its
 ``fleet.replicas`` included; no grid): the highest arrival rate, in requests/s and tokens/s,
@@ -58,8 +62,9 @@ from typing import Any
 
 from sim.config.compose import HYDRA_OVERRIDE, check_overrides, compose_config
 from sim.errors import ConfigError, require
+from sim.output.model_error import band_for, read_bands, shipped_bands_path
 from sim.plan import INTERRUPTED_STATUS, STOPPED_BEFORE_RUNS
-from sim.plan.answer import ranked_table
+from sim.plan.answer import ModelError, ranked_table
 from sim.plan.candidates import checked_fewest, every_candidate, fewest_replicas
 from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
@@ -112,8 +117,32 @@ def prepare(overrides: list[str]) -> Prepared:
     # an example summary (the fewest replicas of the base deployment) names the statistics
     _check_slo(plan, example_base, seed, fewest_replicas(cfg))
     return Prepared(
-        plan, base, seed, each, folder.absolute(), cfg["workload"] if day else None, fewest
+        plan,
+        base,
+        seed,
+        each,
+        folder.absolute(),
+        cfg["workload"] if day else None,
+        fewest,
+        model_errors=_model_errors(plan, base, each),
     )
+
+
+def _model_errors(
+    plan: PlanConfig, base: list[str], each: list[list[str]]
+) -> list[dict[str, Any]] | None:
+    """``plan.model_error=measured``: each candidate's class and band (``ModelError.json``);
+    None: off. ConfigError on a bad ``plan.model_error_table``."""
+    if plan.model_error == "off":
+        return None
+    given = plan.model_error_table
+    table = read_bands(Path(given).expanduser() if given else shipped_bands_path())
+    out = []
+    for candidate in each:
+        cfg = compose_config([*base, *candidate])
+        klass, band = band_for(cfg, table)
+        out.append(ModelError(klass, band).json())
+    return out
 
 
 def _folder(plan: PlanConfig) -> Path:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from sim.plan.answer import Answer, answer_json, rows_table
+from sim.plan.answer import Answer, ModelError, answer_json, rows_table
 from sim.plan.capacity import fleet_capacity
 from sim.plan.files import write_plan
 from sim.plan.replications import Point, evaluate
@@ -29,11 +29,13 @@ def plan_candidate(
     constraints: list[Constraint],
     plan: PlanConfig,
     fewest: int = 1,
+    model_error: ModelError | None = None,
 ) -> Answer:
     """The search for one candidate, then its what-ifs and headrooms (to the knee, to the
     SLO) at the answer, side by side (runs in a search thread of ``sim.plan.rounds``).
     ``fewest``: the fewest replicas its fleet can have (``fewest_replicas``); no search asks
-    for fewer."""
+    for fewer. ``model_error``: its class and band (``plan.model_error=measured``): the
+    answer searched again at the band's p50 and p90 step-time multiples."""
 
     def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
         def point(replicas: int) -> Point:
@@ -76,13 +78,18 @@ def plan_candidate(
             f"misses at {max(points)} replicas ({last.reason}): no count up to "
             f"plan.max_replicas={plan.max_replicas} meets every SLO",
         )
-    answer = Answer(label, candidate, found, points, "")
+    answer = Answer(label, candidate, found, points, "", model_error=model_error)
     whatifs = [f"step_time x{k:g}" for k in plan.step_time_scales] + [
         f"rate x{k:g}" for k in plan.rate_scales
     ]
     scaled = [f"sim.step_time_scale={k:g}" for k in plan.step_time_scales] + [
         f"sim.arrival_rate_scale={k:g}" for k in plan.rate_scales
     ]
+    band = model_error.band if model_error is not None else None
+    if band is not None:  # the model's own error: every step at the band's p50, then its p90
+        for quantile in ("p50", "p90"):
+            whatifs.append(band.label(quantile))
+            scaled.append(f"sim.step_time_scale={getattr(band, quantile):g}")
     searches: list[Callable[[], Any]] = [
         partial(_unless_refused, partial(search, [extra], found)) for extra in scaled
     ]
@@ -155,16 +162,18 @@ def plan_candidates(
     plan, each, folder = prepared.plan, prepared.candidates, prepared.folder
     fewest = prepared.fewest or [1] * len(each)
     constraints = [parse(text) for text in plan.slo]
+    given = prepared.model_errors
+    errors = [None] * len(each) if given is None else [ModelError.from_json(g) for g in given]
     with _Progress(len(each), progress) as bar:
         rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
         sims = Simulations(prepared.base, prepared.seed, rounds)
 
-        def one(candidate: list[str], least: int) -> Answer:
-            answer = plan_candidate(candidate, sims, constraints, plan, least)
+        def one(candidate: list[str], least: int, error: ModelError | None) -> Answer:
+            answer = plan_candidate(candidate, sims, constraints, plan, least, error)
             bar.done(answer)
             return answer
 
-        ordered = rounds.run([partial(one, c, n) for c, n in zip(each, fewest, strict=True)])
+        ordered = rounds.run([partial(one, *c) for c in zip(each, fewest, errors, strict=True)])
     plan_json = {
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,

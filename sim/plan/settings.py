@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from omegaconf import OmegaConf
-from pydantic import Field
+from pydantic import Field, field_validator
 
 import sim
 from sim.config.validation import Count, Positive, StrictModel, validate
@@ -69,6 +69,19 @@ class PlanConfig(StrictModel):
     # the chosen fleet still meets every SLO (max_rate's search, within its factors and
     # tolerance, without the interval); false: not searched
     slo_headroom: bool = False
+    # the step-time model's own error (sim.output.model_error): measured: each answer searched
+    # again with every step at the band's p50 and p90 multiple (measured / simulated TPOT of
+    # the deployment's class in the validation rows); off: not searched
+    model_error: Literal["off", "measured"] = "off"
+    # the bands table model_error reads; null: the shipped data/model_error/bands.csv
+    model_error_table: str | None = None
+
+    @field_validator("model_error", mode="before")
+    @classmethod
+    def _off_is_off(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` as false."""
+        return "off" if value is False else value
+
     # the first replication's seed (then seed + 1, ...); null: the config's seed
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
@@ -107,6 +120,9 @@ class Prepared:
     fewest: list[int] | None = None
     # a capacity plan's (plan.solve=max_rate) fleet size, as given; None: the count is searched
     replicas: int | None = None
+    # plan.model_error=measured: each candidate's class and band (``ModelError.json``), looked
+    # up here since the searches run inside Hydra's sweeper, where no config is composed
+    model_errors: list[dict[str, Any]] | None = None
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -123,6 +139,7 @@ class Prepared:
                 "day_workload": self.day_workload,
                 "fewest": self.fewest,
                 **({"replicas": self.replicas} if self.replicas is not None else {}),
+                **({"model_errors": self.model_errors} if self.model_errors is not None else {}),
                 "version": sim.__version__,
             },
             indent=1,
@@ -144,4 +161,5 @@ class Prepared:
             given.get("day_workload"),
             given.get("fewest"),
             given.get("replicas"),
+            given.get("model_errors"),
         )

@@ -27,7 +27,8 @@ the simulator before, never by simulating again.
 - ``command``: ``fleetcast report``: the arguments, the sections of each kind of folder.
 
 May import: the basics, ``sim.output.run_files`` (the names of a run folder's files, atomic
-writes), ``sim.output.summary_table`` (the number format), ``sim.sweeps.monitor`` (SLO
+writes), ``sim.output.summary_table`` (the number format), ``sim.output.model_error`` (a plan
+answer's model-error block in words), ``sim.sweeps.monitor`` (SLO
 attainment and the same traffic, as the sweep ranks them), ``sim.plan.slo``,
 ``sim.plan.replications`` and ``sim.plan.runs``/``sim.plan.rounds`` (a plan folder's SLO
 grammar, intervals and run folder names), and the ``report`` extra (seaborn, matplotlib,

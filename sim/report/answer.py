@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.output.model_error import model_error_text
 from sim.output.summary_table import _num
 from sim.report.assumptions import option_name, pools_text
 from sim.report.day_plan import DayAnswer
@@ -214,6 +215,12 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
         sentences.append(
             f"Headroom to the SLO: every SLO met up to {_num(to_slo['meets_up_to_rate_x'])}x "
             "the rate" + (f", missed at {_num(missed)}x." if missed else " (none missed).")
+        )
+    if best.get("model_error"):  # plan.model_error=measured
+        sentences.append(
+            "The model's own error: "
+            + model_error_text(best["model_error"], lambda n: "infeasible" if n is None else str(n))
+            + "."
         )
     if len(feasible) > 1:
         runner = feasible[1]

@@ -213,6 +213,7 @@ CANDIDATE_SHAPE = {
         "evaluated": MAPPING,
     },
     "slo": {},  # each SLO's interval, by its text
+    "model_error": {"class": MAPPING, "band": MAPPING},  # plan.model_error=measured
 }
 INTERVAL_SHAPE = {"mean": NUMBER, "ci_low": NUMBER, "ci_high": NUMBER}
 # a capacity plan's answer (plan.solve=max_rate, sim.plan.capacity)

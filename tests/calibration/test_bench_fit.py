@@ -146,6 +146,21 @@ def test_the_fit_finds_terms_that_reproduce_a_benchmark_the_defaults_miss(tmp_pa
     assert records[0]["statistics"] == {"ttft": "mean ttft", "tpot": "mean tpot"}
     assert records[2]["load"]["request_rate"] == 7.0 and records[2]["load"]["num_warmups"] == 1
     assert records[0]["file"] == files[0][0] and len(records[0]["sha256"]) == 64
+    # the profile's own step-time error band: the held-out run's measured / calibrated TPOT
+    band = result.profile.provenance["model_error"]
+    own = records[2]["measured"]["tpot"] / records[2]["calibrated"]["tpot"]
+    assert band["n"] == 1 and band["rows"] == "the profile's held-out runs"
+    assert band["p10"] == band["p50"] == band["p90"] == pytest.approx(own, rel=1e-3)
+    # ... the same run as the held-out TPOT error (|calibrated / measured - 1|)
+    held_tpot = error["held_out"]["calibrated"]["tpot"]["mape"]
+    assert held_tpot == pytest.approx(abs(1 / band["p50"] - 1), abs=1e-3)
+    assert band["class"] == {
+        "step_time_model": "bench_profile",
+        "engine": "vllm",
+        "gpu_family": "H100",
+        "tp": "1",
+        "precision": "bf16",
+    }
 
     # the profile, saved and given to a run, gives the fitted figures
     path = result.profile.save(tmp_path / "profile.json")
