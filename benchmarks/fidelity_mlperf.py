@@ -20,14 +20,17 @@ How each row is simulated (``setup``):
   mlcommons/inference @ b66003e10e2db4b8c36a448b0545ec90fcc6e9e9): the first token excluded,
   which is Fleetcast's ``tpot_s`` (vLLM's definition).
 - Arrivals: Poisson (LoadGen's Server scenario).
-- Lengths: the reference sources publish each dataset's output mean and the length limits
-  (``data/mlperf/benchmarks.csv``), not the distributions. Outputs: a lognormal of sigma
+- Lengths: the datasets' own prompt lengths, resampled (``workload.prompt_tokens: {dist:
+  empirical}``): ``data/mlperf/lengths_llama2_70b.parquet`` (the 24,576 prompts of
+  open_orca_gpt4_tokenized_llama.sampled_24576, mean 222.3 tokens, 48 to 1,021) and
+  ``lengths_mixtral_8x7b.parquet`` (the 15,000 of 09292024_mixtral_15k_mintoken2_v1, mean
+  427.4); ``data/mlperf/README.md`` says where they come from. Mixtral's outputs are its
+  reference run's lengths from the same file (mean 144.8; the reference's 145.9). Llama 2's
+  outputs are not in its dataset (its lengths there are GPT-4's answers): a lognormal of sigma
   ``OUTPUT_SIGMA`` clipped at the generation limit (1,024 tokens), its median solved so the
-  clipped mean equals the reference run's mean output (294.45 Llama 2 70B, 145.9 Mixtral): a
-  skewed, long-tailed form, as chat answers are. Inputs: not published at all; assumed a
-  lognormal of median ``INPUT_MEDIAN`` and sigma ``INPUT_SIGMA`` clipped at the dataset's limit
-  (1,023 for Llama 2's OpenOrca filter, 2,047 for Mixtral, whose limit is unpublished), a mean
-  near 600 tokens. ``--input-median`` shows the sensitivity.
+  clipped mean is the reference run's mean output (294.45, ``data/mlperf/benchmarks.csv``): a
+  skewed, long-tailed form, as chat answers are. (The first version of this benchmark assumed
+  a lognormal prompt of mean ~570 tokens before these files were found: 23.5% MAPE on v4.1.)
 - The engine as the submitter's code sets it (``ENGINES``, each with its source path in
   mlcommons/inference_results_v4.1 @ 198fc46799b3328b36ee4bcbdebfa2db5a8e6183): tensor
   parallelism, the batch limit (``gpu_batch_size`` -> ``scheduler.max_num_seqs``), the token
@@ -77,10 +80,13 @@ from sim.plan.settings import PlanConfig
 from sim.plan.slo import parse
 
 RESULTS_REPO = "mlcommons/inference_results_v4.1@198fc46799b3328b36ee4bcbdebfa2db5a8e6183"
-# assumed input lengths (module docstring): unpublished by the reference sources
-INPUT_MEDIAN = 512
-INPUT_SIGMA = 0.7
-OUTPUT_SIGMA = 0.8  # the outputs' spread; their clipped mean is the reference's
+OUTPUT_SIGMA = 0.8  # Llama 2's outputs' spread; their clipped mean is the reference's
+# each benchmark family's dataset lengths (module docstring): the prompts' file, and whether
+# its output column is the benchmark model's own reference run (Mixtral) or not (Llama 2)
+LENGTHS = {
+    "llama2_70b": ("shipped:mlperf/lengths_llama2_70b.parquet", False),
+    "mixtral_8x7b": ("shipped:mlperf/lengths_mixtral_8x7b.parquet", True),
+}
 # the search's starting rate per replica (requests/s) and its range of multiples: a start, not
 # an estimate of anything measured
 BASE_QPS = 4.0
@@ -96,6 +102,8 @@ class Engine:
     max_num_seqs: int
     max_num_tokens: int
     source: str
+    # the Fleetcast scheduler where it is not the one map_result names (an older engine's)
+    scheduler: str | None = None
 
 
 _NV = "closed/NVIDIA/configs/{bench}/Server/__init__.py"
@@ -184,6 +192,11 @@ ENGINES: tuple[tuple[str, str, str, re.Pattern[str], Engine], ...] = (
             65536,
             "closed/AMD/code/llama2-70b-99.9/test_VllmFp8/"
             "test_VllmFp8_SyncServer_perf.sh (TP=1, DP=8) and VllmFp8/mainVllmFp8_SyncServer.py",
+            # vLLM 0.4.3 has only the v0 engine; without chunked prefill (commented out in
+            # mainVllmFp8_SyncServer.py) its scheduler runs a step of prefills whenever one is
+            # waiting and all decodes otherwise (vllm-project/vllm vllm/core/scheduler.py,
+            # Scheduler._schedule_default): Fleetcast's prefill_first
+            scheduler="prefill_first",
         ),
     ),
 )
@@ -226,15 +239,17 @@ def output_median(mean: float, sigma: float, upper: float) -> float:
     return round(math.sqrt(low * high), 2)
 
 
-def lengths(spec: BenchmarkSpec, input_median: float) -> tuple[str, str]:
+def lengths(spec: BenchmarkSpec, model: str) -> tuple[str, str]:
     """``workload.prompt_tokens`` and ``workload.output_tokens`` overrides (module docstring)."""
+    path, has_outputs = LENGTHS[model]
+    prompt = f"workload.prompt_tokens={{dist: empirical, path: '{path}', column: prompt_tokens}}"
+    if has_outputs:
+        output = (
+            f"workload.output_tokens={{dist: empirical, path: '{path}', column: output_tokens}}"
+        )
+        return prompt, output
     assert spec.output_tokens_max is not None and spec.output_tokens_mean is not None, spec
-    input_max = spec.input_tokens_max or 2047
     out_median = output_median(spec.output_tokens_mean, OUTPUT_SIGMA, spec.output_tokens_max)
-    prompt = (
-        f"workload.prompt_tokens={{dist: lognormal, median: {input_median:g}, "
-        f"sigma: {INPUT_SIGMA}, min: 1, max: {input_max}}}"
-    )
     output = (
         f"workload.output_tokens={{dist: lognormal, median: {out_median:g}, "
         f"sigma: {OUTPUT_SIGMA}, min: 2, max: {spec.output_tokens_max}}}"
@@ -255,7 +270,6 @@ def setup(
     mapping: ConfigMapping,
     spec: BenchmarkSpec,
     requests: int,
-    input_median: float = INPUT_MEDIAN,
     whole_fleet: bool = False,
 ) -> Setup | str:
     """The simulated replica of ``row`` (or the fleet, ``whole_fleet``), or why there is none."""
@@ -266,7 +280,9 @@ def setup(
         return f"{row.accelerators_total} GPUs do not split into TP {engine.tp} replicas"
     replicas = row.accelerators_total // engine.tp
     simulated = replicas if whole_fleet else 1
-    prompt, output = lengths(spec, input_median)
+    assert mapping.model is not None, mapping
+    prompt, output = lengths(spec, mapping.model)
+    scheduler = engine.scheduler or mapping.scheduler
     common = [
         f"model={mapping.model}",
         f"hardware={mapping.hardware}",
@@ -275,7 +291,7 @@ def setup(
         f"fleet.tp={engine.tp}",
         "router=least_outstanding",
         "step_time=roofline",
-        f"scheduler={mapping.scheduler}",
+        f"scheduler={scheduler}",
         f"scheduler.max_num_seqs={engine.max_num_seqs}",
         f"scheduler.max_num_batched_tokens={engine.max_num_tokens}",
         "workload=poisson",
@@ -295,10 +311,9 @@ def setup(
             f"memory.kv_cache_free_gpu_mem_fraction={TRTLLM_KV_FRACTION}",
         ]
     else:
-        common += [
-            "scheduler.enable_chunked_prefill=false",
-            f"memory.gpu_memory_utilization={VLLM_MEMORY_UTILIZATION}",
-        ]
+        common.append(f"memory.gpu_memory_utilization={VLLM_MEMORY_UTILIZATION}")
+        if scheduler == "vllm":
+            common.append("scheduler.enable_chunked_prefill=false")
     return Setup(tuple(common), replicas, simulated, engine.tp, engine)
 
 
@@ -476,7 +491,7 @@ def select(args: argparse.Namespace) -> tuple[list[Row], list[tuple[ServerResult
             refused.append((result, "; ".join(mapping.reasons)))
             continue
         s = setup(
-            result, mapping, specs[result.benchmark], args.requests, args.input_median,
+            result, mapping, specs[result.benchmark], args.requests,
             args.whole_fleet,
         )  # fmt: skip
         if isinstance(s, str):
@@ -495,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", help="only accelerators matching this pattern")
     parser.add_argument("--rows", type=int, help="only the first N expressible rows")
     parser.add_argument("--requests", type=int, default=3000, help="requests per replica")
-    parser.add_argument("--input-median", type=float, default=INPUT_MEDIAN)
     parser.add_argument("--whole-fleet", action="store_true", help="simulate every replica")
     parser.add_argument("--jobs", type=int, default=2, help="simulations at once")
     parser.add_argument("--csv", type=Path, help="write the per-row table here")

@@ -66,13 +66,15 @@ def test_nvidia_h100_llama2_runs_as_its_config_says():
     assert values["workload"] == "poisson"
 
 
-def test_amd_mi300x_runs_vllm_at_tp1_on_each_gpu():
+def test_amd_mi300x_runs_vllm_v0_at_tp1_on_each_gpu():
+    # vLLM 0.4.3's v0 engine without chunked prefill: all-prefill or all-decode steps
     setup = _setup(_row("AMD", "8xMI300X_2xEPYC-9374F", "llama2-70b-99"))
     values = _values(setup)
     assert (setup.tp, setup.replicas) == (1, 8)
-    assert values["scheduler"] == "vllm"
+    assert values["scheduler"] == "prefill_first"
     assert values["scheduler.max_num_seqs"] == "768"
-    assert values["scheduler.enable_chunked_prefill"] == "false"
+    assert values["scheduler.max_num_batched_tokens"] == "65536"
+    assert values["memory.gpu_memory_utilization"] == "0.99"
 
 
 def test_h200_mixtral_and_cts_systems_take_their_own_classes():
@@ -109,7 +111,6 @@ def test_rows_without_configs_are_listed_with_their_reasons():
         hardware="GH200",
         rows=None,
         requests=100,
-        input_median=fm.INPUT_MEDIAN,
         whole_fleet=False,
     )
     rows, refused = fm.select(args)
