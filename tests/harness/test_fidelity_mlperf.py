@@ -134,3 +134,25 @@ def test_one_capacity_search_end_to_end(tmp_path: Path):
     assert result.error == pytest.approx(
         (result.predicted - row.completed_samples_per_s) / row.completed_samples_per_s
     )
+
+
+def test_prompts_are_the_datasets_own():
+    # the shipped prompt lengths: Llama 2 70B's 24,576 OpenOrca prompts sum to 5,463,976 tokens
+    # (48 to 1,021), as a second record of the same MLCommons file says (data/mlperf/README.md)
+    import pyarrow.parquet as pq
+
+    from sim.resources import data_dir
+
+    llama = pq.read_table(data_dir() / "mlperf" / "lengths_llama2_70b.parquet")
+    prompts = llama.column("prompt_tokens").to_numpy()
+    assert (len(prompts), int(prompts.sum()), prompts.min(), prompts.max()) == (
+        24576,
+        5463976,
+        48,
+        1021,
+    )
+    mixtral = pq.read_table(data_dir() / "mlperf" / "lengths_mixtral_8x7b.parquet")
+    assert mixtral.num_rows == 15000
+    values = _values(_setup(_row("NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "mixtral-8x7b")))
+    assert "lengths_mixtral_8x7b.parquet" in values["workload.prompt_tokens"]
+    assert "column: output_tokens" in values["workload.output_tokens"]
