@@ -122,7 +122,9 @@ class Tree:
     @classmethod
     def directory(cls, root: Path, commit: str) -> Tree:
         """A plain directory holding the repository's files at ``commit`` (as stated)."""
-        names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        files = (p.relative_to(root) for p in root.rglob("*") if p.is_file())
+        # a checkout's own .git folder is not the repository's content
+        names = sorted(f.as_posix() for f in files if f.parts[0] != ".git")
         return cls(root, commit, names, frozenset(names), git=False)
 
     def text(self, path: str) -> str | None:
@@ -308,8 +310,10 @@ def render(rows: list[dict[str, str]]) -> str:
 
 
 def _shipped_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of the table at ``path`` as text, checked by the loader (none if no file)."""
     if not path.is_file():
         return []
+    load_results(path)  # its columns and cells, as the loader checks them
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -347,10 +351,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         rows += found
-    kept = [row for row in _shipped_rows(args.out) if row["round"] not in rounds]
+    try:
+        shipped = _shipped_rows(args.out)
+    except ConfigError as err:
+        parser.error(f"{err} (the rows of the rounds not given are kept from it)")
+    kept = [row for row in shipped if row["round"] not in rounds]
     if args.check:
-        shipped = render([r for r in _shipped_rows(args.out) if r["round"] in rounds])
-        same = shipped == render(rows)
+        compared = render([row for row in shipped if row["round"] in rounds])
+        same = compared == render(rows)
         named = ", ".join(sorted(rounds, key=round_key))
         print(
             f"the shipped table's {named} rows match"

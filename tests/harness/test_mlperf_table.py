@@ -298,3 +298,12 @@ def test_a_directory_needs_a_whole_commit_hash(results_repo, tmp_path, capsys):
         with pytest.raises(SystemExit) as caught:
             builder.main([*argv, "--out", str(tmp_path / "t.csv")])
         assert caught.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_bad_table_at_out_is_refused_before_anything_is_written(results_repo, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    out.write_text("round,submitter\nv4.0,Acme\n")
+    with pytest.raises(SystemExit) as caught:
+        _builder().main([f"v4.1={results_repo}", "--out", str(out)])
+    assert caught.value.code == 2 and "columns differ" in capsys.readouterr().err
+    assert out.read_text() == "round,submitter\nv4.0,Acme\n"
