@@ -72,6 +72,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from sim.config.validation import validate
 from sim.harness.mlperf import BenchmarkSpec, ServerResult, load_benchmarks, load_results
 from sim.harness.mlperf_configs import ConfigMapping, map_result
 from sim.plan.capacity import Capacity, capacity_json, fleet_capacity
@@ -336,16 +337,19 @@ class Row:
 
 
 def plan_config(jobs: int) -> PlanConfig:
-    return PlanConfig(
-        slo=["ttft_s.p99 <= 1"],  # (each search gets its row's own constraints)
-        solve="max_rate",
-        max_rate_factor=MAX_RATE_FACTOR,
-        min_rate_factor=MIN_RATE_FACTOR,
-        rate_tolerance=0.02,
-        min_replications=2,
-        max_replications=3,
-        jobs=jobs,
-    )
+    """The capacity search's settings (``plan.*``), checked as ``fleetcast plan`` checks them."""
+    settings = {
+        "slo": ["ttft_s.p99 <= 1"],  # (each search gets its row's own constraints)
+        "solve": "max_rate",
+        "max_rate_factor": MAX_RATE_FACTOR,
+        "min_rate_factor": MIN_RATE_FACTOR,
+        "rate_tolerance": 0.02,
+        "min_replications": 2,
+        "max_replications": 3,
+        "jobs": jobs,
+    }
+    plan: PlanConfig = validate(PlanConfig, settings, "plan")
+    return plan
 
 
 def search_all(
