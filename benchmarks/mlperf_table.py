@@ -1,12 +1,18 @@
 """Rebuild ``data/mlperf/server_results.csv`` from MLPerf Inference results repositories.
 
     python benchmarks/mlperf_table.py v4.1=/work/.mirror/mlcommons+inference_results_v4.1/repo
-    python benchmarks/mlperf_table.py v4.1=GITDIR --check   # compare with the shipped table
+    python benchmarks/mlperf_table.py v4.0=/work/v40tree@3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f
+    python benchmarks/mlperf_table.py v4.1=GITDIR v4.0=DIR@COMMIT --check   # compare, write nothing
 
-Each argument is ``ROUND=GIT_DIR``: a bare clone (or any git directory) of
-``github.com/mlcommons/inference_results_<ROUND>``; the table is read from its ``HEAD`` commit,
-whose hash every row records. Nothing is fetched here, and no round after v5.0 may be given:
-later rounds are the held-out judging set (``sim.harness.mlperf.LAST_ROUND``).
+Each argument is ``ROUND=GIT_DIR`` or ``ROUND=DIR@COMMIT``, a copy of
+``github.com/mlcommons/inference_results_<ROUND>``: a bare clone (or any git directory), read at
+its ``HEAD`` commit; or a plain directory holding the repository's files at the stated 40-digit
+commit (a checkout, or the files copied out of it one by one). Both go through the same
+extraction; every row records the summary's path and the commit. The rounds given replace their
+rows in ``--out``; rows of other rounds already there are kept, so one round can be rebuilt
+alone (``--check`` likewise compares only the rounds given). Nothing is fetched here, and no
+round after v5.0 may be given: later rounds are the held-out judging set
+(``sim.harness.mlperf.LAST_ROUND``).
 
 A row is one VALID closed-division Server result of an LLM benchmark with TTFT/TPOT bounds
 (``sim.harness.mlperf.BENCHMARKS``; GPT-J is left out: its Server bound is on the whole query's
@@ -27,6 +33,16 @@ submission, all read as text:
   command's ``--qformat``, or the "FP8 quantized model" it ships), unless the system is a
   "preview" one (built from private code the README does not describe); otherwise the
   precision is "unstated".
+
+A copy that leaves files out can lack a result's measurements JSON, which no submission lacks
+(the submission checker requires one). The v4.0 rows were read from such a copy: the tool
+library's index of the repository, which keeps one file of each set of byte-identical files,
+and NVIDIA's generated measurements JSON and code README are the same in every submission that
+reuses NVIDIA's code. Where the JSON is missing, a non-preview system whose framework names
+TensorRT takes the format of the benchmark's TensorRT code README: the submitter's own where the
+copy holds it, else the first copy of it the tree holds (in path order); ``weight_data_types``
+stays empty, which marks such a row. The same index keeps one of a -99/-99.9 pair of
+byte-identical summaries (the -99.9 one, first in git's order), so such a pair is one row.
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -49,6 +66,7 @@ from sim.errors import ConfigError  # noqa: E402  (the checkout's own package, a
 from sim.harness.mlperf import (  # noqa: E402
     BENCHMARKS,
     COLUMNS,
+    COMMIT,
     LAST_ROUND,
     load_results,
     round_key,
@@ -66,6 +84,9 @@ LOW_PRECISION = re.compile(r"\b(fp8|fp4|nvfp4|mxfp4|fp6|int8|int4|w8a8|w4a16)\b"
 # how a TensorRT-LLM code README states the weights' format: the quantization command's
 # --qformat (llama2-70b), or the quantized checkpoint it ships (mixtral-8x7b)
 QFORMAT = re.compile(r"--qformat[= ](\w+)|\b(FP8|FP4) quantized model\b")
+# a submitter's TensorRT code README for one benchmark folder
+CODE_README = re.compile(r"^closed/[^/]+/code/(?P<folder>[^/]+)/tensorrt/README\.md$")
+TENSORRT = re.compile(r"TensorRT", re.I)
 
 # the summary's lines, as LoadGen writes them (mlperf_log_summary.txt, v4.0-v5.0)
 FIELDS = {
@@ -83,30 +104,75 @@ FIELDS = {
 
 @dataclass
 class Tree:
-    """One results repository at its HEAD commit, read through git (a bare clone works)."""
+    """A results repository's files at one commit: a git directory or a plain directory."""
 
-    git_dir: Path
+    root: Path
     commit: str
     paths: list[str]
     names: frozenset[str]
+    git: bool
 
     @classmethod
     def open(cls, git_dir: Path) -> Tree:
+        """A git directory (a bare clone works), read at its ``HEAD`` commit."""
         commit = _git(git_dir, "rev-parse", "HEAD").strip()
         names = _git(git_dir, "ls-tree", "-r", "--name-only", commit).splitlines()
-        return cls(git_dir, commit, names, frozenset(names))
+        return cls(git_dir, commit, names, frozenset(names), git=True)
+
+    @classmethod
+    def directory(cls, root: Path, commit: str) -> Tree:
+        """A plain directory holding the repository's files at ``commit`` (as stated)."""
+        files = (p.relative_to(root) for p in root.rglob("*") if p.is_file())
+        # a checkout's own .git folder is not the repository's content
+        names = sorted(f.as_posix() for f in files if f.parts[0] != ".git")
+        return cls(root, commit, names, frozenset(names), git=False)
 
     def text(self, path: str) -> str | None:
+        if not self.git:
+            file = self.root / path
+            return file.read_text(encoding="utf-8") if path in self.names else None
         try:
-            return _git(self.git_dir, "show", f"{self.commit}:{path}")
+            return _git(self.root, "show", f"{self.commit}:{path}")
         except subprocess.CalledProcessError:
             return None  # listed but absent (a snapshot leaves out files of 4 MiB and more)
+
+
+class Source(NamedTuple):
+    """One ``ROUND=GIT_DIR`` or ``ROUND=DIR@COMMIT`` argument."""
+
+    round: str
+    path: Path
+    commit: str | None  # None: a git directory, read at HEAD
 
 
 def _git(git_dir: Path, *args: str) -> str:
     return subprocess.run(
         ["git", f"--git-dir={git_dir}", *args], check=True, capture_output=True, text=True
     ).stdout
+
+
+def parse_source(spec: str) -> Source:
+    """``ROUND=GIT_DIR`` or ``ROUND=DIR@COMMIT``; a bad one is a ValueError saying why."""
+    round_name, _, location = spec.partition("=")
+    try:
+        held_out = round_key(round_name) > round_key(LAST_ROUND)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+    if held_out:
+        raise ValueError(f"{round_name}: rounds after {LAST_ROUND} are held out")
+    folder, at, commit = location.rpartition("@")
+    if at and COMMIT.fullmatch(commit):
+        if not Path(folder).is_dir():
+            raise ValueError(f"{folder!r} is not a directory")
+        return Source(round_name, Path(folder), commit)
+    if at and not (Path(location) / "HEAD").is_file():
+        raise ValueError(f"{location!r}: the commit after @ is not a 40-digit git commit hash")
+    if not (Path(location) / "HEAD").is_file():
+        raise ValueError(
+            f"{location!r} is not a git directory (a bare clone or a .git folder); "
+            "a plain directory is given as DIR@COMMIT"
+        )
+    return Source(round_name, Path(location), None)
 
 
 def parse_summary(text: str) -> dict[str, str]:
@@ -136,6 +202,15 @@ def measurements(tree: Tree, found: dict[str, str]) -> dict:
     return {}
 
 
+def _qformat(tree: Tree, readmes: list[str]) -> tuple[str, str] | None:
+    """(format, README) from the first of ``readmes`` the tree holds that names one."""
+    for readme in readmes:
+        qformat = QFORMAT.search(tree.text(readme) or "") if readme in tree.names else None
+        if qformat:
+            return (qformat.group(1) or qformat.group(2)).lower(), readme
+    return None
+
+
 def precision_of(tree: Tree, found: dict[str, str], system: dict) -> tuple[str, str, str]:
     """(precision, where it is stated, weight_data_types as declared) for one result."""
     declared_data = measurements(tree, found)
@@ -146,14 +221,27 @@ def precision_of(tree: Tree, found: dict[str, str], system: dict) -> tuple[str, 
         return low.group(1).lower(), "measurements weight_data_types", declared
     if "quantiz" not in transforms and re.fullmatch(r"(?i)fp16|bf16", declared):
         return declared.lower(), "measurements weight_data_types", declared
+    if str(system.get("status", "")).lower() == "preview":
+        return "unstated", "", declared  # private code no README describes
+    base = re.sub(r"-99(\.9)?$", "", found["benchmark"])
+    folders = tuple(dict.fromkeys((found["benchmark"], base)))
+    own = [f"closed/{found['submitter']}/code/{folder}/tensorrt/README.md" for folder in folders]
     # "fp16" quantized: the released code's quantization command, where the system ran it
-    if "quantiz" in transforms and str(system.get("status", "")).lower() != "preview":
-        base = re.sub(r"-99(\.9)?$", "", found["benchmark"])
-        for folder in dict.fromkeys((found["benchmark"], base)):
-            readme = f"closed/{found['submitter']}/code/{folder}/tensorrt/README.md"
-            qformat = QFORMAT.search(tree.text(readme) or "") if readme in tree.names else None
-            if qformat:
-                return (qformat.group(1) or qformat.group(2)).lower(), readme, declared
+    if "quantiz" in transforms:
+        stated = _qformat(tree, own)
+        if stated:
+            return stated[0], stated[1], declared
+    # no measurements JSON at all: only a copy that leaves out files lacks one (see the
+    # docstring); a TensorRT system then runs the round's TensorRT code, its README in the copy
+    if not declared_data and TENSORRT.search(str(system.get("framework", ""))):
+        copies = [
+            path
+            for path in tree.paths
+            if (match := CODE_README.match(path)) and match.group("folder") in folders
+        ]
+        stated = _qformat(tree, [*own, *sorted(copies)])
+        if stated:
+            return stated[0], stated[1], declared
     return "unstated", "", declared
 
 
@@ -221,27 +309,41 @@ def render(rows: list[dict[str, str]]) -> str:
     return buffer.getvalue()
 
 
+def _shipped_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of the table at ``path`` as text, checked by the loader (none if no file)."""
+    if not path.is_file():
+        return []
+    load_results(path)  # its columns and cells, as the loader checks them
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("trees", nargs="+", metavar="ROUND=GIT_DIR")
+    parser.add_argument("trees", nargs="+", metavar="ROUND=GIT_DIR|ROUND=DIR@COMMIT")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true", help="compare with --out, write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="compare the rounds given with --out, write nothing"
+    )
     args = parser.parse_args(argv)
-    rows: list[dict[str, str]] = []
+    sources = []
     for spec in args.trees:
-        round_name, _, git_dir = spec.partition("=")
         try:
-            held_out = round_key(round_name) > round_key(LAST_ROUND)
-        except ConfigError as err:
+            sources.append(parse_source(spec))
+        except ValueError as err:
             parser.error(str(err))
-        if held_out:
-            parser.error(f"{round_name}: rounds after {LAST_ROUND} are held out")
-        if not (Path(git_dir) / "HEAD").is_file():
-            parser.error(f"{git_dir!r} is not a git directory (a bare clone or a .git folder)")
+    rounds = {source.round for source in sources}
+    if len(rounds) < len(sources):
+        parser.error("a round is given twice")
+    rows: list[dict[str, str]] = []
+    for source in sources:
         skipped: Counter = Counter()
-        tree = Tree.open(Path(git_dir))
-        found = rows_of(round_name, tree, skipped)
-        print(f"{round_name} @ {tree.commit}: {len(found)} rows; left out: {dict(skipped)}")
+        if source.commit is None:
+            tree = Tree.open(source.path)
+        else:
+            tree = Tree.directory(source.path, source.commit)
+        found = rows_of(source.round, tree, skipped)
+        print(f"{source.round} @ {tree.commit}: {len(found)} rows; left out: {dict(skipped)}")
         print(
             "  "
             + ", ".join(
@@ -249,14 +351,24 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         rows += found
-    text = render(rows)
+    try:
+        shipped = _shipped_rows(args.out)
+    except ConfigError as err:
+        parser.error(f"{err} (the rows of the rounds not given are kept from it)")
+    kept = [row for row in shipped if row["round"] not in rounds]
     if args.check:
-        same = args.out.read_text() == text
-        print("the shipped table matches" if same else f"{args.out} differs from the rebuilt table")
+        compared = render([row for row in shipped if row["round"] in rounds])
+        same = compared == render(rows)
+        named = ", ".join(sorted(rounds, key=round_key))
+        print(
+            f"the shipped table's {named} rows match"
+            if same
+            else f"{args.out}'s {named} rows differ from the rebuilt ones"
+        )
         return 0 if same else 1
-    args.out.write_text(text)
+    args.out.write_text(render(kept + rows))
     load_results(args.out)  # every cell as the loader checks it
-    print(f"wrote {len(rows)} rows to {args.out}")
+    print(f"wrote {len(rows)} rows to {args.out}, kept {len(kept)} of other rounds")
     return 0
 
 

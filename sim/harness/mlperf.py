@@ -15,6 +15,9 @@ in the log's integer nanoseconds, so a row compares exactly with its source; ``*
 give seconds.
 
 Rounds after ``LAST_ROUND`` are the held-out judging set: the loader refuses a row from one.
+Within the table, ``DEVELOPMENT_ROUNDS`` (v4.1) are what the fidelity work is developed on and
+``HELD_OUT_ROUNDS`` (v4.0) what it is scored on at the end; ``load_results(rounds=...)`` reads
+either alone.
 Every cell is checked where it is read: a bad one is a one-line ``ConfigError`` on the field
 ``mlperf_table`` naming the file, the row and the column. Which Fleetcast configs a row maps
 to is ``sim.harness.mlperf_configs``.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -36,6 +40,10 @@ RESULTS_FILE = "mlperf/server_results.csv"
 BENCHMARKS_FILE = "mlperf/benchmarks.csv"
 # the last round the table may hold; v5.1 and later judge the simulator and stay out of it
 LAST_ROUND = "v5.0"
+# within the table: the fidelity work is developed on v4.1's rows and scored on v4.0's, which
+# it does not look at until its model is fixed (the held-out round, apart from the judging set)
+DEVELOPMENT_ROUNDS = ("v4.1",)
+HELD_OUT_ROUNDS = ("v4.0",)
 # a result's benchmark folder -> its benchmark's name (v5.0's folders spell Llama 3.1 "llama3_1")
 BENCHMARKS = {
     "llama2-70b-99": "llama2-70b-99",
@@ -253,12 +261,35 @@ def _result(cells: _Cells) -> ServerResult:
     return row
 
 
-def load_results(path: Path | None = None) -> list[ServerResult]:
-    """Every row of the Server results table (the shipped one by default), checked."""
+def load_results(
+    path: Path | None = None, rounds: Iterable[str] | None = None
+) -> list[ServerResult]:
+    """Every row of the Server results table (the shipped one by default), checked.
+
+    ``rounds`` keeps only the rows of those rounds (e.g. ``HELD_OUT_ROUNDS``); every row is
+    checked either way, and a name that is not a round, or a round after ``LAST_ROUND``, is
+    refused.
+    """
     path = path if path is not None else data_dir() / RESULTS_FILE
+    wanted = None if rounds is None else _round_names(rounds)
     rows = _rows(path, COLUMNS)
     # line 1 is the header
-    return [_result(_Cells(path, line, row)) for line, row in enumerate(rows, start=2)]
+    results = [_result(_Cells(path, line, row)) for line, row in enumerate(rows, start=2)]
+    return results if wanted is None else [r for r in results if r.round in wanted]
+
+
+def _round_names(rounds: Iterable[str]) -> frozenset[str]:
+    if isinstance(rounds, str):
+        rounds = (rounds,)  # one round given bare, not its characters
+    names = frozenset(rounds)
+    for name in sorted(names):
+        try:
+            key = round_key(name)
+        except ConfigError:
+            raise ConfigError("rounds", name, "a round is named vMAJOR.MINOR, e.g. v4.1") from None
+        if key > round_key(LAST_ROUND):
+            raise ConfigError("rounds", name, f"rounds after {LAST_ROUND} are held out")
+    return names
 
 
 def load_benchmarks(path: Path | None = None) -> dict[str, BenchmarkSpec]:

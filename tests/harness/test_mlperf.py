@@ -13,6 +13,8 @@ from sim.errors import ConfigError
 from sim.harness.mlperf import (
     BENCHMARK_COLUMNS,
     COLUMNS,
+    DEVELOPMENT_ROUNDS,
+    HELD_OUT_ROUNDS,
     LAST_ROUND,
     ServerResult,
     load_benchmarks,
@@ -23,6 +25,8 @@ from sim.resources import data_dir
 
 RESULTS = data_dir() / "mlperf" / "server_results.csv"
 V41 = "198fc46799b3328b36ee4bcbdebfa2db5a8e6183"  # mlcommons/inference_results_v4.1 HEAD
+# mlcommons/inference_results_v4.0, as the tool library's index holds it (data/mlperf/README.md)
+V40 = "3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f"
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +98,75 @@ def test_nvidia_h100_mixtral_row_is_its_loadgen_summary(rows):
 
 def test_counts_per_round_and_benchmark(rows):
     assert Counter((r.round, r.benchmark) for r in rows) == {
+        ("v4.0", "llama2-70b-99.9"): 21,  # the index keeps one of each -99/-99.9 identical pair
         ("v4.1", "llama2-70b-99"): 36,
         ("v4.1", "llama2-70b-99.9"): 38,
         ("v4.1", "mixtral-8x7b"): 15,
     }
-    assert len({(r.round, r.submitter, r.system, r.benchmark, r.scenario) for r in rows}) == 89
+    assert len({(r.round, r.submitter, r.system, r.benchmark, r.scenario) for r in rows}) == 110
 
 
 def test_no_row_is_from_a_held_out_round(rows):
     assert LAST_ROUND == "v5.0"
     assert all(round_key(r.round) <= round_key("v5.0") for r in rows)
-    assert all(r.commit == V41 for r in rows if r.round == "v4.1")
+    assert {r.commit for r in rows if r.round == "v4.1"} == {V41}
+    assert {r.commit for r in rows if r.round == "v4.0"} == {V40}
+
+
+def test_the_development_and_held_out_rounds_split_the_table(rows):
+    assert (DEVELOPMENT_ROUNDS, HELD_OUT_ROUNDS) == (("v4.1",), ("v4.0",))
+    development = load_results(rounds=DEVELOPMENT_ROUNDS)
+    held_out = load_results(rounds=HELD_OUT_ROUNDS)
+    assert (len(development), len(held_out)) == (89, 21)
+    assert sorted(development + held_out, key=rows.index) == rows
+    assert load_results(rounds="v4.0") == held_out  # one round given bare
+    assert load_results(rounds=()) == []
+
+
+@pytest.mark.parametrize(
+    ("rounds", "reason"),
+    [(["v4.0", "4.1"], "a round is named vMAJOR.MINOR"), (["v5.1"], "rounds after v5.0")],
+)
+def test_a_bad_round_filter_is_one_line_naming_it(rounds, reason):
+    with pytest.raises(ConfigError) as caught:
+        load_results(rounds=rounds)
+    assert str(caught.value).startswith(f"rounds={rounds[-1]!r}: ") and reason in str(caught.value)
+
+
+def test_nvidia_h100_v40_row_is_its_loadgen_summary(rows):
+    # closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/llama2-70b-99.9/Server/performance/
+    # run_1/mlperf_log_summary.txt @ v4.0's 3c4a1cf1, read by hand
+    (row,) = [
+        r
+        for r in rows
+        if (r.round, r.submitter, r.system) == ("v4.0", "NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT")
+    ]
+    assert row.benchmark == "llama2-70b-99.9" and row.commit == V40
+    assert (row.completed_samples_per_s, row.completed_tokens_per_s) == (70.42, 20556.40)
+    assert (row.scheduled_samples_per_s, row.target_qps) == (70.98, 71.2)
+    assert (row.p99_ttft_ns, row.p99_tpot_ns) == (568_284_028, 156_076_924)
+    assert (row.ttft_bound_ns, row.tpot_bound_ns) == (2_000_000_000, 200_000_000)
+    assert row.framework == "TensorRT 9.3.0, CUDA 12.2" and row.accelerators_total == 8
+    # no measurements JSON in the index's copy: the round's TensorRT code README decides
+    assert (row.weight_data_types, row.precision) == ("", "fp8")
+    assert row.precision_source == "closed/ASUSTeK/code/llama2-70b/tensorrt/README.md"
+
+
+def test_every_v40_row_is_a_tensorrt_llama2_result_with_its_precision_stated_or_not(rows):
+    v40 = [r for r in rows if r.round == "v4.0"]
+    assert {(r.benchmark, r.scenario, r.weight_data_types) for r in v40} == {
+        ("llama2-70b-99.9", "Server", "")
+    }
+    assert all(r.framework.startswith("TensorRT 9.3.0") for r in v40)
+    sources = Counter(r.precision_source for r in v40 if r.precision == "fp8")
+    assert sources == {
+        "closed/ASUSTeK/code/llama2-70b/tensorrt/README.md": 16,
+        "closed/Fujitsu/code/llama2-70b/tensorrt/README.md": 1,  # Fujitsu's own copy
+    }
+    # preview systems (NVIDIA's H200 and GH200) keep an unstated precision, as in v4.1
+    unstated = {r.system for r in v40 if r.precision == "unstated"}
+    assert unstated == {r.system for r in v40 if r.status == "preview"}
+    assert len(unstated) == 4
 
 
 def test_every_row_met_its_bounds_and_ran_near_its_target(rows):
@@ -169,7 +231,7 @@ def _rewrite(tmp_path: Path, column: str, value: str, source: Path = RESULTS) ->
         ("completed_tokens_per_s", "inf", "must be finite and above 0"),
         ("p99_ttft_ns", "2.5e8", "is not a whole number"),
         ("p99_ttft_ns", "2000000001", "exceeds the TTFT bound"),
-        ("accelerators_total", "9", "is not 1 per node x 1 nodes"),
+        ("accelerators_total", "9", "is not 2 per node x 1 nodes"),  # Azure, 2x H100 NVL
         ("benchmark", "gptj-99", "is not one of"),
         ("scenario", "Offline", "is not one of Server, Interactive"),
         ("precision", "fp12", "is not one of"),
@@ -210,3 +272,15 @@ def test_the_columns_are_the_dataclasses_fields():
     assert "ttft_bound_ms" in BENCHMARK_COLUMNS
     with RESULTS.open() as handle:
         assert tuple(handle.readline().strip().split(",")) == COLUMNS
+
+
+def test_every_v40_row_is_read_from_the_listed_copy(rows):
+    # data/mlperf/v4.0_files.tsv lists the files of the v4.0 copy the rows were read from
+    with (data_dir() / "mlperf" / "v4.0_files.tsv").open(newline="") as handle:
+        listed = {row["path"]: row for row in csv.DictReader(handle, delimiter="\t")}
+    for row in (r for r in rows if r.round == "v4.0"):
+        assert row.source_path in listed
+        assert f"closed/{row.submitter}/systems/{row.system}.json" in listed
+        assert row.precision_source in listed or row.precision_source == ""
+    summaries = [p for p in listed if p.endswith("mlperf_log_summary.txt")]
+    assert len(summaries) == 22  # 21 rows and Intel's Gaudi 2 result (not a GPU)

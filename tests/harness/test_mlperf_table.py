@@ -3,10 +3,12 @@ repository made here: which results it keeps, the precision rules, and the held-
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,170 @@ def test_the_builder_refuses_held_out_rounds_and_bad_arguments(results_repo, tmp
         with pytest.raises(SystemExit) as caught:
             builder.main([*argv, "--out", str(tmp_path / "t.csv")])
         assert caught.value.code == 2 and said in capsys.readouterr().err
+
+
+# the Server summary of v4.0's closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/
+# llama2-70b-99.9 (3c4a1cf1), shortened: its header, the lines the builder reads and the
+# p99.9 / query-latency lines next to them that it must not take, in LoadGen's spacing
+V40_SUMMARY = """\
+================================================
+MLPerf Results Summary
+================================================
+SUT name : llama2-70b-Server-SUT-LoadGen
+Scenario : Server
+Mode     : PerformanceOnly
+Completed samples per second    : 70.42
+Result is : VALID
+  Performance constraints satisfied : Yes
+  Min duration satisfied : Yes
+  Min queries satisfied : Yes
+  Early stopping satisfied: Yes
+TTFT Early Stopping Result:
+ * Run successful.
+TPOT Early Stopping Result:
+ * Run successful.
+
+================================================
+Additional Stats
+================================================
+Scheduled samples per second : 70.98
+99.00 percentile latency (ns)   : 132165328953
+
+Completed tokens per second                 : 20556.40
+99.00 percentile first token latency (ns)   : 568284028
+99.90 percentile first token latency (ns)   : 656435931
+
+99.00 percentile time to output token (ns)   : 156076924
+99.90 percentile time to output token (ns)   : 167124497
+
+================================================
+Test Parameters Used
+================================================
+samples_per_query : 1
+target_qps : 71.2
+ttft_latency (ns): 2000000000
+tpot_latency (ns): 200000000
+min_duration (ms): 2400000
+"""
+
+
+def test_a_v40_summary_reads_with_the_v41_field_names():
+    assert _builder().parse_summary(V40_SUMMARY) == {
+        "result": "VALID",
+        "completed_samples_per_s": "70.42",
+        "completed_tokens_per_s": "20556.40",
+        "scheduled_samples_per_s": "70.98",
+        # the p99 lines, not the query latency's or the p99.9 ones next to them
+        "p99_ttft_ns": "568284028",
+        "p99_tpot_ns": "156076924",
+        "target_qps": "71.2",
+        "ttft_bound_ns": "2000000000",
+        "tpot_bound_ns": "200000000",
+    }
+
+
+COMMIT = "3c4a1cf196b70175cfe7c59e067cd1d923aa4f3f"
+
+
+def test_a_plain_directory_at_a_stated_commit_gives_the_git_trees_rows(
+    results_repo, tmp_path, capsys
+):
+    builder = _builder()
+    work = results_repo.parent  # the same files, checked out
+    from_git, from_dir = tmp_path / "git.csv", tmp_path / "dir.csv"
+    assert builder.main([f"v4.1={results_repo}", "--out", str(from_git)]) == 0
+    assert builder.main([f"v4.1={work}@{COMMIT}", "--out", str(from_dir)]) == 0
+    git_rows, dir_rows = load_results(from_git), load_results(from_dir)
+    assert {row.commit for row in dir_rows} == {COMMIT}
+    assert [dataclasses.replace(row, commit=COMMIT) for row in git_rows] == dir_rows
+    assert {row.source_path for row in dir_rows} == {
+        "closed/Acme/results/H100x8/llama2-70b-99/Server/performance/run_1/mlperf_log_summary.txt",
+        "closed/Acme/results/B200x8/llama2-70b-99/Server/performance/run_1/mlperf_log_summary.txt",
+    }
+    assert f"v4.1 @ {COMMIT}: 2 rows" in capsys.readouterr().out
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def _result(submitter: str, system: str) -> str:
+    return (
+        f"closed/{submitter}/results/{system}/llama2-70b-99.9/Server/performance/run_1/"
+        "mlperf_log_summary.txt"
+    )
+
+
+def test_without_a_measurements_json_a_tensorrt_system_takes_the_rounds_code_readme(tmp_path):
+    # a copy that keeps one of each set of identical files: no measurements JSON at all, and
+    # the code README under one submitter only (Zeta's own differs, so it is kept too)
+    tree = _tree(
+        tmp_path / "tree",
+        {
+            "closed/Acme/code/llama2-70b/tensorrt/README.md": "quantize.py --qformat=fp8 ...",
+            "closed/Zeta/code/llama2-70b/tensorrt/README.md": "quantize.py --qformat=int4 ...",
+            **{
+                f"closed/{s}/systems/{s}x8.json": _system("NVIDIA H100-SXM-80GB")
+                for s in ("Beta", "Zeta")
+            },
+            "closed/Gamma/systems/Gammax8.json": _system("NVIDIA H100-SXM-80GB", status="preview"),
+            "closed/Delta/systems/Deltax8.json": _system("NVIDIA H100-SXM-80GB", framework="vLLM"),
+            **{_result(s, f"{s}x8"): V40_SUMMARY for s in ("Beta", "Gamma", "Delta", "Zeta")},
+        },
+    )
+    out = tmp_path / "t.csv"
+    assert _builder().main([f"v4.0={tree}@{COMMIT}", "--out", str(out)]) == 0
+    stated = {r.submitter: (r.precision, r.precision_source) for r in load_results(out)}
+    assert stated == {
+        "Beta": ("fp8", "closed/Acme/code/llama2-70b/tensorrt/README.md"),  # the copy it holds
+        "Zeta": ("int4", "closed/Zeta/code/llama2-70b/tensorrt/README.md"),  # its own first
+        "Gamma": ("unstated", ""),  # preview: private code
+        "Delta": ("unstated", ""),  # not TensorRT: the README is not its code
+    }
+    assert {r.weight_data_types for r in load_results(out)} == {""}
+
+
+def test_a_round_is_rebuilt_and_checked_alone_keeping_the_others(results_repo, tmp_path, capsys):
+    builder = _builder()
+    out = tmp_path / "t.csv"
+    assert builder.main([f"v4.1={results_repo}", "--out", str(out)]) == 0
+    tree = _tree(
+        tmp_path / "v40",
+        {
+            "closed/Beta/systems/Betax8.json": _system("NVIDIA H100-SXM-80GB"),
+            _result("Beta", "Betax8"): V40_SUMMARY,
+        },
+    )
+    assert builder.main([f"v4.0={tree}@{COMMIT}", "--out", str(out)]) == 0
+    assert "wrote 1 rows" in capsys.readouterr().out
+    assert Counter(row.round for row in load_results(out)) == {"v4.1": 2, "v4.0": 1}
+    # --check with one round compares that round's rows only
+    assert builder.main([f"v4.0={tree}@{COMMIT}", "--out", str(out), "--check"]) == 0
+    assert "the shipped table's v4.0 rows match" in capsys.readouterr().out
+    (tree / _result("Beta", "Betax8")).write_text(V40_SUMMARY.replace("70.42", "70.43"))
+    assert builder.main([f"v4.0={tree}@{COMMIT}", "--out", str(out), "--check"]) == 1
+    assert "v4.0 rows differ from the rebuilt ones" in capsys.readouterr().out
+
+
+def test_a_directory_needs_a_whole_commit_hash(results_repo, tmp_path, capsys):
+    builder = _builder()
+    for argv, said in [
+        ([f"v4.0={tmp_path}@3c4a1cf"], "the commit after @ is not a 40-digit git commit hash"),
+        ([f"v4.0={tmp_path / 'absent'}@{COMMIT}"], "is not a directory"),
+        ([f"v4.0={tmp_path}@{COMMIT}", f"v4.0={results_repo}"], "a round is given twice"),
+    ]:
+        with pytest.raises(SystemExit) as caught:
+            builder.main([*argv, "--out", str(tmp_path / "t.csv")])
+        assert caught.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_bad_table_at_out_is_refused_before_anything_is_written(results_repo, tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    out.write_text("round,submitter\nv4.0,Acme\n")
+    with pytest.raises(SystemExit) as caught:
+        _builder().main([f"v4.1={results_repo}", "--out", str(out)])
+    assert caught.value.code == 2 and "columns differ" in capsys.readouterr().err
+    assert out.read_text() == "round,submitter\nv4.0,Acme\n"
