@@ -133,9 +133,12 @@ class FaultyFleet(FleetShape):
         self, summary: dict[str, Any], step_log: StepLog, column: Callable[[str], np.ndarray]
     ) -> None:
         self.inner.add_to_summary(summary, step_log, column)
+        # the run's span, to its last arrival at least (requests that failed at once, with
+        # no replica up, end no step)
         arrival = column("arrival_time_s")
         start_s = float(arrival.min()) if len(arrival) else 0.0
-        block = self.log.summary(self.run.faults, column, start_s, start_s + summary["duration_s"])
+        end_s = max(start_s + summary["duration_s"], float(arrival.max()) if len(arrival) else 0.0)
+        block = self.log.summary(self.run.faults, column, start_s, end_s)
         summary["failed"] = block["failed"]
         summary["failed_by_reason"] = block["failed_by_reason"]
         summary["faults"] = block

@@ -164,15 +164,19 @@ class FleetFaults:
             return  # (out already: the work is done while it is)
         event = self._drain(replica_id, MAINTENANCE)
 
-        def leave(_replica: Replica | None = None) -> None:
+        def leave(_e: Any) -> None:
             if self._outage[replica_id] is event and self._state[replica_id] == DRAINING:
                 self._take_down(replica_id, event, retry=True)
                 self._back_at(replica_id, event, self.env.now + duration_s)
 
-        self.cluster.drain(self.cluster.replicas[replica_id], leave)
-        if deadline_s is not None and self._state[replica_id] == DRAINING:
-            at = timeout_at(self.env, self.env.now + deadline_s)
-            at.callbacks.append(lambda _e: leave())
+        def emptied(_replica: Replica) -> None:
+            # (heard inside the replica's own step end, maybe: it leaves in an event of its
+            # own, once that step end is over; it has nothing to start a step with meanwhile)
+            timeout_at(self.env, self.env.now).callbacks.append(leave)
+
+        self.cluster.drain(self.cluster.replicas[replica_id], emptied)
+        if deadline_s is not None:
+            timeout_at(self.env, self.env.now + deadline_s).callbacks.append(leave)
 
     def _notice(self, replica_id: int, notice_s: float, replace_s: float | None, _e: Any) -> None:
         """A spot reclaim notice: no new requests now, lost at the notice's end."""

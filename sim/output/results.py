@@ -144,7 +144,12 @@ def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA)
         itl = np.where(completed, e2e / output, np.nan)
     columns = {
         "request_id": np.fromiter((r.request_id for r in requests), np.int64, n),
-        "replica_id": np.fromiter((r.replica_id for r in requests), np.int32, n),
+        # (null with faults: a request that found no replica up was never routed)
+        "replica_id": (
+            pa.array([r.replica_id for r in requests], pa.int32())
+            if "fail_reason" in schema.names
+            else np.fromiter((r.replica_id for r in requests), np.int32, n)
+        ),
         "arrival_time_s": _floats(arrival),
         "prompt_tokens": np.fromiter((r.prompt_tokens for r in requests), np.int32, n),
         "output_tokens": output.astype(np.int32),
