@@ -22,12 +22,13 @@ replica comes back with fresh engines).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from sim.config.faults import Maintenance, ScheduledFailure, SpotReclaim
 from sim.config.schema import RunConfig
 from sim.deploy.shape import FleetShape, Priced
 from sim.engine.scheduler.base import Scheduler
@@ -67,11 +68,12 @@ class FaultyFleet(FleetShape):
                 )
         faults = run.faults
         replicas = run.fleet.replicas
-        for group, entries in (
+        groups: tuple[tuple[str, Sequence[ScheduledFailure | Maintenance | SpotReclaim]], ...] = (
             ("schedule", faults.schedule),
             ("maintenance", faults.maintenance),
             ("spot", faults.spot),
-        ):
+        )
+        for group, entries in groups:
             for i, entry in enumerate(entries):
                 require(
                     entry.replica < replicas,
@@ -82,7 +84,6 @@ class FaultyFleet(FleetShape):
         self.inner = inner
         self.placement = inner.placement
         self.engines = inner.engines
-        self.moves_kv = inner.moves_kv
         self.log = FaultLog()
 
     @classmethod

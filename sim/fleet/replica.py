@@ -203,10 +203,8 @@ class Replica:
         self.expect(request)
         overhead = self._by_model[request.model_id].step_time.request_overhead_s
         if overhead > 0:  # the server's per-request work before the engine sees it
-            life = self.lives
             timeout_at(self.env, self.env.now + overhead).callbacks.append(
-                # (not if the replica went down meanwhile: the request left with it)
-                lambda _event: self.lives == life and self._reach(request, ARRIVAL_PRIORITY)
+                partial(self._reach_after_overhead, request, self.lives)
             )
             return
         if caller_priority != ARRIVAL_PRIORITY:
@@ -217,6 +215,11 @@ class Replica:
             self._reach_after_step_ends(request)
             return
         self._reach(request, caller_priority)
+
+    def _reach_after_overhead(self, request: Request, life: int, _event: simpy.Event) -> None:
+        # (not if the replica went down meanwhile: the request left with it)
+        if self.lives == life:
+            self._reach(request, ARRIVAL_PRIORITY)
 
     def _reach_after_step_ends(self, request: Request) -> None:
         """``request`` reaches the host once this instant's events have run. The requests

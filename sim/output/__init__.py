@@ -12,6 +12,8 @@
 - ``cost``: what the fleet costs, and the unit costs derived from the run's rates;
 - ``scaling``: an autoscaled fleet's changes (``scaling.parquet``) and their integrals, the
   bill as GPUs x time;
+- ``faults``: a fleet with faults: its events (``faults.parquet``), availability, degraded
+  periods and the summary's ``faults`` block;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.
 

@@ -43,6 +43,7 @@ FAULTS_SCHEMA = pa.schema(
     ]
 )
 HOUR_S = 3600.0
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")  # those of the summary's ``faults.degraded``
 
 
 @dataclass(eq=False)
@@ -58,14 +59,26 @@ class FaultEvent:
     failed: int = 0
 
 
+@dataclass(slots=True)
+class Span:
+    """A replica's time down, or out of routing: from ``start_s`` to ``end_s`` (None: to the
+    end of the run)."""
+
+    start_s: float
+    end_s: float | None = None
+
+    def within(self, start_s: float, end_s: float) -> tuple[float, float]:
+        """The part of it within [start_s, end_s] (empty: end <= start)."""
+        return max(self.start_s, start_s), min(end_s if self.end_s is None else self.end_s, end_s)
+
+
 class FaultLog:
     def __init__(self) -> None:
         self.events: list[FaultEvent] = []
         self.num_replicas = 0
-        # per replica: the intervals it was down, and those it was out of routing (start, end;
-        # end None: still open)
-        self.down_intervals: list[list[list[float | None]]] = []
-        self.out_intervals: list[list[list[float | None]]] = []
+        # per replica: the spans it was down, and those it was out of routing
+        self.down_intervals: list[list[Span]] = []
+        self.out_intervals: list[list[Span]] = []
         self._open: list[list[FaultEvent]] = []
 
     def start(self, num_replicas: int) -> None:
@@ -82,17 +95,17 @@ class FaultLog:
         return event
 
     def out_of_routing(self, replica_id: int, now: float) -> None:
-        self.out_intervals[replica_id].append([now, None])
+        self.out_intervals[replica_id].append(Span(now))
 
     def down(self, replica_id: int, now: float) -> None:
-        self.down_intervals[replica_id].append([now, None])
+        self.down_intervals[replica_id].append(Span(now))
         for event in self._open[replica_id]:
             if event.down_s is None:
                 event.down_s = now
 
     def up(self, replica_id: int, now: float) -> None:
-        self.down_intervals[replica_id][-1][1] = now
-        self.out_intervals[replica_id][-1][1] = now
+        self.down_intervals[replica_id][-1].end_s = now
+        self.out_intervals[replica_id][-1].end_s = now
         for event in self._open[replica_id]:
             event.up_s = now
         self._open[replica_id] = []
@@ -116,7 +129,11 @@ class FaultLog:
 
     def down_s(self, start_s: float, end_s: float) -> float:
         """Replica-seconds down within [start_s, end_s]."""
-        return sum(_overlap(i, start_s, end_s) for ivs in self.down_intervals for i in ivs)
+        return sum(
+            max(0.0, hi - lo)
+            for spans in self.down_intervals
+            for lo, hi in (span.within(start_s, end_s) for span in spans)
+        )
 
     def availability(self, start_s: float, end_s: float) -> float | None:
         """Replica-seconds up over replica-seconds planned within [start_s, end_s]."""
@@ -125,27 +142,22 @@ class FaultLog:
 
     def degraded(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
         """The periods within [start_s, end_s] when some replica was out of routing, merged."""
-        spans = sorted(
-            (max(a, start_s), min(end_s if b is None else b, end_s))
-            for ivs in self.out_intervals
-            for a, b in ivs  # type: ignore[misc]
-        )
+        out = sorted(span.within(start_s, end_s) for spans in self.out_intervals for span in spans)
         merged: list[tuple[float, float]] = []
-        for a, b in spans:
-            if b <= a:
+        for lo, hi in out:
+            if hi <= lo:
                 continue
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
             else:
-                merged.append((a, b))
+                merged.append((lo, hi))
         return merged
 
     def up_count_seconds(self, start_s: float, end_s: float) -> np.ndarray:
         """``out[k]``: seconds within [start_s, end_s] with exactly k replicas up (not down)."""
         changes: list[tuple[float, int]] = []
-        for ivs in self.down_intervals:
-            for a, b in ivs:
-                lo, hi = max(a, start_s), min(end_s if b is None else b, end_s)  # type: ignore[type-var]
+        for spans in self.down_intervals:
+            for lo, hi in (span.within(start_s, end_s) for span in spans):
                 if hi > lo:
                     changes += [(lo, -1), (hi, +1)]
         changes.sort()
@@ -202,12 +214,3 @@ class FaultLog:
                 **latency,
             },
         }
-
-
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
-
-
-def _overlap(interval: list[float | None], start_s: float, end_s: float) -> float:
-    a, b = interval
-    assert a is not None
-    return max(0.0, min(end_s if b is None else b, end_s) - max(a, start_s))
