@@ -215,6 +215,18 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
             f"Headroom to the SLO: every SLO met up to {_num(to_slo['meets_up_to_rate_x'])}x "
             "the rate" + (f", missed at {_num(missed)}x." if missed else " (none missed).")
         )
+    if best.get("spare_replicas") is not None:
+        faults = best.get("faults") or {}
+        rates = (
+            f"a GPU failing every {_num(faults['gpu_mtbf_h'])} hours, repaired in "
+            f"{_num(faults.get('repair_h'))} hours"
+            if faults.get("gpu_mtbf_h")
+            else "the scheduled failures, drains and reclaims"
+        )
+        sentences.append(
+            f"Spare capacity: N = {best['load_replicas']} replica(s) for the load, "
+            f"k = {best['spare_replicas']} for failures at these rates ({rates})."
+        )
     if len(feasible) > 1:
         runner = feasible[1]
         more = runner["usd_per_hour"] / best["usd_per_hour"] - 1
