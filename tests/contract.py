@@ -111,9 +111,13 @@ def table_problems(
     if sorted(req["request_id"].tolist()) != list(range(n)):
         bad.append("request ids are not 0..n-1, each once")
     status = req["status"]
-    if not set(status.tolist()) <= STATUSES:
-        bad.append(f"unknown status {set(status.tolist()) - STATUSES}")
-    for name in STATUSES:
+    # with faults (``faults.*``), a fifth way to end: failed, with its cause
+    statuses = STATUSES | {"failed"} if "failed" in summary else STATUSES
+    if not set(status.tolist()) <= statuses:
+        bad.append(f"unknown status {set(status.tolist()) - statuses}")
+    if "failed" in summary:
+        bad += _failure_problems(req, summary)
+    for name in statuses:
         if summary[name] != int((status == name).sum()):
             bad.append(f"summary {name}={summary[name]} but the table has {(status == name).sum()}")
     if summary.get("num_requests", n) != n:
@@ -216,6 +220,24 @@ def table_problems(
             1 + cost["usd_per_hour"]
         ):
             bad.append("cost.per_tier usd_per_hour do not add up to cost.usd_per_hour")
+    return bad
+
+
+def _failure_problems(req: dict[str, np.ndarray], summary: dict) -> list[str]:
+    """A run with faults: ``fail_reason`` set exactly for the failed requests, counted in
+    ``failed_by_reason``; no failed request has a completion time."""
+    bad = []
+    failed = req["status"] == "failed"
+    reasons = req["fail_reason"]
+    given = np.array([r is not None for r in reasons], dtype=bool)
+    if np.any(given != failed):
+        bad.append("fail_reason is not set exactly for the failed requests")
+    named = {r for r in reasons[given]}
+    counted = {r: int((reasons[given] == r).sum()) for r in named}
+    if summary["failed_by_reason"] != counted:
+        bad.append(f"summary failed_by_reason={summary['failed_by_reason']} but {counted}")
+    if np.any(req["retries"] < 0) or np.any(req["retry_lost_s"][req["retries"] == 0] != 0):
+        bad.append("retry_lost_s set for a request never retried")
     return bad
 
 

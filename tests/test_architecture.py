@@ -44,6 +44,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.step_log",
         "output.scaling",  # the autoscaler's log of the fleet's changes
         "config.autoscale",  # the autoscaler's settings
+        "output.faults",  # the faults' log of replicas down and up
+        "config.faults",  # the faults' settings
     },
     # what a run deploys, built from its config for the composition root (sim.run): each fleet
     # shape (fixed, autoscaled, disaggregated) with its engines, the requests it can serve

@@ -205,6 +205,36 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         [*POISSON, "kv.num_blocks=10", "workload.prompt_tokens=1000"],
         "workload.prompt_tokens=1000",
     ),
+    # faults (sim.config.faults, sim.deploy.faulty)
+    ("mtbf negative", ["faults.gpu_mtbf_h=-1"], "faults.gpu_mtbf_h=-1: must be >= 0"),
+    ("repair unknown", ["faults.repair=weibull"], "faults.repair='weibull'"),
+    ("repair zero", ["faults.repair_h=0"], "faults.repair_h=0"),
+    ("on failure unknown", ["faults.on_failure=maybe"], "faults.on_failure='maybe'"),
+    (
+        "failure of no replica",
+        ["faults.schedule=[{replica: 4, at_s: 1}]"],
+        "faults.schedule[0].replica=4: is not a replica of this fleet (ids 0 to 3)",
+    ),
+    (
+        "drain without a duration",
+        ["faults.maintenance=[{replica: 0, at_s: 1}]"],
+        "faults.maintenance.0.duration_s",
+    ),
+    (
+        "reclaim notice negative",
+        ["faults.spot=[{replica: 0, at_s: 1, notice_s: -1}]"],
+        "faults.spot.0.notice_s=-1",
+    ),
+    (
+        "faults with autoscaling",
+        ["faults.gpu_mtbf_h=1000", "autoscale.policy=utilization"],
+        "autoscale.policy='utilization': faults are not modelled with an autoscaled fleet",
+    ),
+    (
+        "faults with a frontend",
+        ["faults.gpu_mtbf_h=1000", "frontend.token_s=0.001"],
+        "frontend.token_s=0.001: faults are not modelled with a frontend",
+    ),
     # speculative decoding (sim.deploy.speculation)
     ("draft tokens 17", ["spec_decode.num_draft_tokens=17"], "spec_decode.num_draft_tokens=17"),
     ("acceptance 1.5", ["spec_decode.acceptance_rate=1.5"], "spec_decode.acceptance_rate=1.5"),

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from sim.cli import COMMANDS
 from sim.config.build import target_class
+from sim.output.faults import FAULTS_SCHEMA
 from sim.output.results import REQUESTS_SCHEMA, requests_schema
 from sim.output.scaling import SCALING_SCHEMA
 from sim.output.step_log import BUCKETED_STEPS_SCHEMA, STEPS_SCHEMA
@@ -207,7 +208,7 @@ def _section(page: str, title: str) -> str:
     [
         (
             "requests.parquet",
-            [f.name for f in requests_schema(True, True, True, True)],
+            [f.name for f in requests_schema(True, True, True, True, True)],
             REQUEST_COLUMNS,
         ),
         ("steps.parquet", [f.name for f in STEPS_SCHEMA] + ["pool"], STEP_COLUMNS),
@@ -217,6 +218,7 @@ def _section(page: str, title: str) -> str:
             STEP_COLUMNS,
         ),
         ("scaling.parquet", [f.name for f in SCALING_SCHEMA], ()),
+        ("faults.parquet", [f.name for f in FAULTS_SCHEMA], ()),
     ],
 )
 def test_the_output_reference_lists_exactly_the_columns_of_each_table(
@@ -252,10 +254,20 @@ SUMMARY_RUNS = {
         "workload.num_sessions=5",
     ],
     "disaggregated": ["workload.num_requests=20", "placement=disaggregated"],
-    "price tiers": ["workload.num_requests=20", "fleet.tiers={reserved: 1, on_demand: rest}"],
+    "price tiers, a drain that fails nothing": [
+        "workload.num_requests=20",
+        "fleet.tiers={reserved: 1, on_demand: rest}",
+        "faults.maintenance=[{replica: 1, at_s: 0, duration_s: 1}]",
+    ],
     "autoscaled": ["workload.num_requests=20", "autoscale.policy=utilization"],
     "speculative decoding": ["workload.num_requests=20", "spec_decode.num_draft_tokens=3"],
     "model error": ["workload.num_requests=20", "+output.model_error=true"],
+    "faults": [
+        "workload.num_requests=20",
+        "fleet.replicas=2",  # (the second lost at once: some requests fail for want of one)
+        "faults.schedule=[{replica: 1, at_s: 0}]",
+        "faults.maintenance=[{replica: 0, at_s: 1, duration_s: 10}]",
+    ],
     "two models, energy, rejections": [
         "placement=colocated",
         "cost.energy.enabled=true",
@@ -273,6 +285,7 @@ def _family(key: str) -> str:
     key = re.sub(r"^disaggregation\.(prefill|decode)\.", "disaggregation.<pool>.", key)
     key = re.sub(r"^autoscale\.engines\.[^.]+\.", "autoscale.engines.<engine>.", key)
     key = re.sub(r"^cost\.per_tier\.[^.]+\.", "cost.per_tier.<tier>.", key)
+    key = re.sub(r"^(faults\.)?failed_by_reason\..+$", r"\1failed_by_reason.<reason>", key)
     return re.sub(r"^rejected_by_reason\..+$", "rejected_by_reason.<reason>", key)
 
 

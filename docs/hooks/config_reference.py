@@ -52,6 +52,7 @@ UNITS = (
     ("us", "µs"),
     ("ms", "ms"),
     ("s", "s"),
+    ("h", "hours"),
     ("w", "W"),
     ("tokens", "tokens"),
     ("rps", "requests/s"),

@@ -25,8 +25,8 @@ COLUMNS = {
     "arrival_time_s": "when it arrived, seconds from the start of the run",
     "prompt_tokens": "its prompt's length",
     "output_tokens": "the tokens it asks to generate",
-    "status": "`completed`, `rejected` (the engine can never run it) or `unfinished` (still "
-    "queued or running when the run ended)",
+    "status": "`completed`, `rejected` (the engine can never run it), `unfinished` (still "
+    "queued or running when the run ended) or, with faults, `failed` (lost with its replica)",
     "first_token_time_s": "when its first output token came out; null: none did",
     "completion_time_s": "when its last output token came out; null: not completed",
     "ttft_s": "time to first token: `first_token_time_s - arrival_time_s`",
@@ -47,6 +47,12 @@ COLUMNS = {
     "decode_replica_id": "the decode replica that generated the rest; null: not that far",
     "transfer_start_s": "when its KV transfer to the decode replica began",
     "transfer_end_s": "when that transfer ended",
+    "retries": "times it was sent again after the replica it was on went (a failure, a "
+    "maintenance hand-over, a spot reclaim)",
+    "retry_lost_s": "seconds from its arrival to its last loss: the time thrown away with those "
+    "replicas (0: never retried)",
+    "fail_reason": "why it failed: `replica_failure`, `spot_reclaim`, or `no_replica` (no "
+    "replica of its model was up); null otherwise",
     # steps.parquet
     "start_time_s": "when the step began (bucketed: the bucket's start)",
     "duration_s": "how long it took (bucketed: the busy seconds of the steps started in the "
@@ -70,6 +76,15 @@ COLUMNS = {
     "gpus_billed": "GPUs paid for from then on",
     "usd_per_hour": "what they cost per hour",
     "event": "`start`, `scale_up`, `ready`, `drain`, `released` or `cancelled`",
+    # faults.parquet
+    "faults:replica_id": "the replica that failed, drained or was reclaimed",
+    "kind": "`failure`, `maintenance` or `spot`",
+    "start_s": "when it began: the failure, the drain's start, the reclaim notice",
+    "down_s": "when the replica went down (a drain: once empty or at its deadline; a reclaim: "
+    "at the notice's end); null: not within the run",
+    "up_s": "when it was back (repaired, maintained, replaced); null: not within the run",
+    "requests_retried": "requests it held when it went that were sent to another replica",
+    "requests_failed": "requests it held when it went that failed",
 }
 
 # summary.json: every key, flattened with dots as `fleetcast collect` names them
@@ -233,6 +248,34 @@ SUMMARY = {
     "disaggregation.<pool>.num_steps": "its engine steps",
     "disaggregation.<pool>.usd_per_gpu_hour": "its $/GPU-hour",
     "disaggregation.<pool>.usd_per_hour": "its cost per hour",
+    "failed": "*with faults*: requests that failed (lost with their replica, or with none up)",
+    "failed_by_reason": "failures by cause (`{}`: none)",
+    "failed_by_reason.<reason>": "failures for `replica_failure`, `spot_reclaim` or "
+    "`no_replica`",
+    "faults.on_failure": "`retry` or `fail` (`faults.on_failure`)",
+    "faults.gpu_mtbf_h": "mean hours between failures of one GPU (null: no random failures)",
+    "faults.repair": "`exponential` or `fixed` repair times",
+    "faults.repair_h": "mean hours to repair",
+    "faults.availability": "replica-hours up over replica-hours planned, over the run's span "
+    "(to its last arrival at least); a draining replica is up",
+    "faults.replica_hours_planned": "replicas x the span, hours",
+    "faults.replica_hours_down": "replica-hours down within the span",
+    "faults.failures": "failures (random and scheduled) that began within the span",
+    "faults.maintenance": "maintenance drains that began within it",
+    "faults.spot_reclaims": "spot reclaim notices within it",
+    "faults.requests_retried": "requests sent again at least once",
+    "faults.retries": "times requests were sent again",
+    "faults.retry_lost_s": "seconds thrown away with lost replicas, over all requests",
+    "faults.failed": "requests that failed (as `failed`)",
+    "faults.failed_by_reason": "failures by cause (as `failed_by_reason`)",
+    "faults.failed_by_reason.<reason>": "failures for that cause",
+    "faults.degraded_s": "seconds of the span with at least one replica out of the router's "
+    "reach (draining or down)",
+    "faults.degraded.requests": "requests that arrived then",
+    "faults.degraded.completed": "of them, those completed",
+    "faults.degraded.ttft_s.<stat>": "their TTFT, s (the whole run's is `ttft_s`)",
+    "faults.degraded.tpot_s.<stat>": "their TPOT, s",
+    "faults.degraded.e2e_s.<stat>": "their E2E, s",
 }
 
 
@@ -242,6 +285,7 @@ class UndocumentedColumn(Exception):
 
 def tables() -> dict[str, list[tuple[str, str, str]]]:
     """Each output table's columns: (name, Arrow type, when it is there)."""
+    from sim.output.faults import FAULTS_SCHEMA
     from sim.output.results import REQUESTS_SCHEMA, requests_schema
     from sim.output.scaling import SCALING_SCHEMA
     from sim.output.step_log import BUCKETED_STEPS_SCHEMA, STEPS_SCHEMA
@@ -252,6 +296,7 @@ def tables() -> dict[str, list[tuple[str, str, str]]]:
         "host_tier": "with `kv.cpu_offload_gib` > 0",
         "sessions": "with `workload=sessions`",
         "disaggregated": "with `placement=disaggregated`",
+        "faults": "with faults (`faults.*`)",
     }
     requests = [(f.name, str(f.type), "always") for f in REQUESTS_SCHEMA]
     for flag, when in conditions.items():
@@ -266,6 +311,7 @@ def tables() -> dict[str, list[tuple[str, str, str]]]:
         ]
         + [pool],
         "scaling.parquet": [(f.name, str(f.type), "always") for f in SCALING_SCHEMA],
+        "faults.parquet": [(f.name, str(f.type), "always") for f in FAULTS_SCHEMA],
     }
 
 
@@ -298,8 +344,8 @@ def render() -> str:
         f"{stats}; `<pool>` is `prefill` and `decode`; `<engine>` each engine configuration of "
         "an autoscaled fleet (`base` first); `<reason>` a rejection reason; `<tier>` a price "
         "tier of the fleet (`on_demand`, `reserved`, `reserved_3y`, `spot`). The `prefix_cache`, "
-        "`spec_decode`, `autoscale` and `disaggregation` blocks are there only in runs that "
-        "use them.",
+        "`spec_decode`, `autoscale`, `disaggregation` and `faults` blocks (and `failed`, "
+        "`failed_by_reason`) are there only in runs that use them.",
         "",
         "| key | meaning |",
         "|---|---|",

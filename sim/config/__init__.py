@@ -7,6 +7,8 @@
   of ``RunConfig``);
 - ``autoscale``: the ``autoscale`` group's shape (a fleet whose size changes) and the checks
   across its fields;
+- ``faults``: the ``faults`` group's shape (failures, maintenance drains, spot reclaims; off
+  by default);
 - ``speculation``: the ``spec_decode`` group's shape (speculative decoding; off by default);
 - ``tiers``: price tiers (``fleet.tiers``, a pool's ``tiers``): the tier names, a mix's
   replica counts resolved against a fleet's size;

@@ -60,6 +60,16 @@ ADDED_GROUPS: dict[str, dict[str, Any]] = {
         "draft_model": None,
         "draft_cost": None,
     },
+    # configs/faults/default.yaml: off, every replica serving the whole run
+    "faults": {
+        "gpu_mtbf_h": None,
+        "repair": "exponential",
+        "repair_h": 4.0,
+        "on_failure": "retry",
+        "schedule": [],
+        "maintenance": [],
+        "spot": [],
+    },
 }
 # Keys added to a group since, likewise (a trace workload's keys only where kind is trace).
 ADDED_KEYS: dict[tuple[str, str], Any] = {

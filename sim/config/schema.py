@@ -29,6 +29,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sim.config.autoscale import AutoscaleConfig
+from sim.config.faults import FaultsConfig
 from sim.config.speculation import SpecDecodeConfig
 from sim.config.tiers import TierMix
 from sim.config.validation import (
@@ -396,6 +397,7 @@ class RunConfig(DeploymentConfig):
     output: OutputConfig = Field(default_factory=OutputConfig)
     autoscale: AutoscaleConfig = Field(default_factory=AutoscaleConfig)
     spec_decode: SpecDecodeConfig = Field(default_factory=SpecDecodeConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
     seed: Annotated[NonNegativeInt, Field(le=2**63 - 1)] = 0
     output_dir: str | None = None
 

@@ -12,6 +12,9 @@ which the composition root (``sim.run``) builds, runs and sums up any fleet.
 - ``disaggregated``: a disaggregated fleet (``placement=disaggregated``): its two pools, their
   engines, the KV link between them, the decode router, and the summary's ``disaggregation``
   block;
+- ``faulty``: not a shape but a wrapper around the one picked (``faults.*``): replicas that
+  fail, drain for maintenance or are reclaimed, the summary's ``faults`` block and
+  ``faults.parquet``;
 - ``tiers``: a fleet bought at price tiers (``fleet.tiers``, a pool's ``tiers``): its
   replicas grouped by tier, each at its tier's price, and the cost block's ``per_tier``;
 - ``engines``: one engine configuration's step-time models, KV caches and schedulers (a run has

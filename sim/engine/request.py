@@ -38,6 +38,8 @@ COMPLETED = "completed"
 REJECTED = "rejected"
 UNFINISHED = "unfinished"
 TRANSFERRING = "transferring"  # prefilled, its KV on the way to a decode replica (disaggregation)
+FAILED = "failed"  # lost with the replica it was on (sim.fleet.faults), ``fail_reason`` says why
+ENDED_UNSERVED = (REJECTED, FAILED)  # the ways a request ends without a completion time
 
 
 # copyable in the compiled build too (see sim.engine.scheduler.base.Scheduler)
@@ -94,6 +96,12 @@ class Request:
     """When its KV began to move to the decode replica (room there, and the link, free)."""
     transfer_end_s: float | None
     """When the KV had arrived (None: not within the run)."""
+    retries: int
+    """Times the request was sent again after the replica it was on went (``sim.fleet.faults``)."""
+    retry_lost_s: float
+    """Seconds from its arrival to its last loss: the time thrown away with those replicas."""
+    fail_reason: str | None
+    """Why it failed (status ``failed``): the cause of the replica's loss."""
 
     def __init__(
         self,
@@ -131,6 +139,9 @@ class Request:
         self.prefill_replica_id = None
         self.transfer_start_s = None
         self.transfer_end_s = None
+        self.retries = 0
+        self.retry_lost_s = 0.0
+        self.fail_reason = None
 
     @property
     def num_tokens(self) -> int:

@@ -9,11 +9,14 @@
   metric policy or a schedule);
 - ``disaggregation``: prefilled requests' KV moved from a prefill pool to a decode pool
   (room kept, links, transfers, back-pressure);
+- ``faults``: replicas that fail, drain for maintenance or are reclaimed: taken down, their
+  requests retried or failed, brought back;
 - ``admission``: the requests no replica can ever serve, found before the run.
 
 May import: ``sim.engine``, ``sim.workload``, ``sim.output.metrics`` (the step rows a replica
 appends), ``sim.output.request_log`` and ``sim.output.step_log`` (where rows go as the run
 goes), ``sim.output.scaling`` (the fleet's changes), ``sim.config.autoscale`` (the
-autoscaler's settings), ``sim.errors``. Not the rest of ``sim.output``: summaries are built
+autoscaler's settings), ``sim.output.faults`` and ``sim.config.faults`` (the faults' log and
+settings), ``sim.errors``. Not the rest of ``sim.output``: summaries are built
 after the run, from what the fleet recorded.
 """

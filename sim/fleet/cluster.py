@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.engine.request import REJECTED, UNFINISHED, Request
+from sim.engine.request import ENDED_UNSERVED, FAILED, UNFINISHED, Request
 from sim.fleet.replica import Engine, Replica
 from sim.fleet.router import Router
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
@@ -37,6 +37,7 @@ from sim.workload.prefixes import PrefixGroups, prefix_groups
 from sim.workload.source import Workload
 
 CHUNK = 65536  # workload entries turned into Python values at a time
+NO_REPLICA = "no_replica"  # a request's fail_reason when no replica serving its model is up
 
 
 class Cluster:
@@ -179,6 +180,30 @@ class Cluster:
         else:
             on_released(replica)
 
+    def stop_routing(self, replica: Replica) -> None:
+        """Send ``replica`` nothing more (it goes down; ``sim.fleet.faults``); a drain under way
+        is called off: its replica leaves with whatever it holds."""
+        for engine in replica.engines:
+            hosts = self._hosts[engine.model_id]
+            if replica in hosts:
+                hosts.remove(replica)
+        self._draining.pop(replica.replica_id, None)
+
+    def resume_routing(self, replica: Replica) -> None:
+        """Send ``replica`` requests again (it came back), in replica order as at the start."""
+        for engine in replica.engines:
+            hosts = self._hosts.setdefault(engine.model_id, [])
+            hosts.append(replica)
+            hosts.sort(key=lambda r: r.replica_id)
+
+    def flush_steps(self, replica: Replica) -> None:
+        """Write ``replica``'s step rows so far (before its engines are replaced)."""
+        self._flush_steps(replica)
+
+    def end_request(self, request: Request, caller_priority: int) -> None:
+        """``request`` ended outside any replica's steps (it failed with its replica)."""
+        self._request_done(request, caller_priority)
+
     def finished(self) -> bool:
         """Every request of the workload has ended."""
         return self.num_ended >= self.workload.num_requests
@@ -190,7 +215,7 @@ class Cluster:
         for request in self.request_log.unwritten:
             # Completed means the client received the last token. Past the horizon nobody
             # stamped it (sim.fleet.replica), and whatever had not ended is unfinished.
-            if request.status != REJECTED and request.completion_time_s is None:
+            if request.status not in ENDED_UNSERVED and request.completion_time_s is None:
                 request.status = UNFINISHED
         self.request_log.close()
         for replica in self.replicas:
@@ -238,8 +263,18 @@ class Cluster:
             request.prefix_groups = groups.of(row)
         self.num_issued += 1
         self.request_log.issued(request)
+        self.route(request, caller_priority)
+
+    def route(self, request: Request, caller_priority: int) -> None:
+        """Send ``request`` to the replica the router picks among those serving its model; with
+        none up (``sim.fleet.faults`` took them all down), it fails at once (``no_replica``)."""
         hosts = self._hosts[request.model_id]
-        hosts[self.router.choose(request, hosts)].add(request, caller_priority)
+        if hosts:
+            hosts[self.router.choose(request, hosts)].add(request, caller_priority)
+        else:
+            request.status = FAILED
+            request.fail_reason = NO_REPLICA
+            self._request_done(request, caller_priority)
 
     def _open_loop(self, arrival_times_s: Iterator[float]) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -333,9 +368,9 @@ class Cluster:
                 self._warmups_done.succeed()
         if not self._due:
             return
-        if request.status == REJECTED:
-            # a rejection ends inside _issue: send the next one from the event queue, so a run
-            # of rejections does not recurse
+        if request.status in ENDED_UNSERVED:
+            # a rejection (or a failure for want of a replica) ends inside _issue: send the
+            # next one from the event queue, so a run of rejections does not recurse
             timeout_at(self.env, self.env.now).callbacks.append(
                 lambda _event: self._send_due(ARRIVAL_PRIORITY)
             )
@@ -365,9 +400,9 @@ class Cluster:
             return
         self._released += 1
         think_time_s = self.workload.think_time_s
-        if think_time_s > 0 or request.status == REJECTED:
-            # A rejection happens inside _issue; going through the event queue (even with no
-            # delay) keeps a run of rejections from recursing.
+        if think_time_s > 0 or request.status in ENDED_UNSERVED:
+            # A rejection (or a failure) happens inside _issue; going through the event queue
+            # (even with no delay) keeps a run of rejections from recursing.
             timeout_at(self.env, self.env.now + think_time_s).callbacks.append(
                 lambda _event: self._send(ARRIVAL_PRIORITY)
             )

@@ -55,6 +55,12 @@ from sim.fleet.simclock import (
 from sim.output.metrics import StepRecorder
 
 
+def _ended_by_interrupt(process: simpy.Process) -> None:
+    """A stopped replica's process ended by the interrupt it was meant to end by: not an
+    error of the run (SimPy raises a process's uncaught exception unless it is defused)."""
+    process.defused = True
+
+
 @dataclass(slots=True, eq=False)
 class Engine:
     """What serves one model on a replica: its scheduler (which owns its KV cache), its
@@ -127,11 +133,41 @@ class Replica:
         # requests in flight integrated over time, up to the last change (its time)
         self._load_s = 0.0
         self._load_since_s = env.now
+        # times the replica went down (``stop``): what a request's pending arrival here checks
+        self.lives = 0
 
     def start(self) -> None:
         """Start the replica's process (the cluster does, once every replica exists)."""
         assert self.process is None, f"replica {self.replica_id} started twice"
         self.process = self.env.process(self._run())
+
+    def stop(self) -> None:
+        """The replica goes down now (``sim.fleet.faults``): its process ends at once (the step
+        in progress never ends, so no step is taken or logged while it is down), and it holds
+        nothing from now on; its requests are the caller's to retry or fail. Steps one by one
+        only (a decode stretch's ended steps would not be applied)."""
+        assert not self.fast_forward_decode, "a replica that may go down steps one by one"
+        process = self.process
+        if process is not None:
+            process.interrupt("replica down")
+            process.callbacks.append(_ended_by_interrupt)
+            self.process = None
+        self.lives += 1
+        self._wakeup = None
+        self._released_now = []
+        if self._busy_since_s is not None:
+            self._busy_before_s += self.env.now - self._busy_since_s
+            self._busy_since_s = None
+        self._count_load()
+        self.num_outstanding = 0
+        self.committed_tokens = 0
+
+    def restart(self) -> None:
+        """The replica is back (repaired, or replaced), with the engines it was given while
+        down (fresh ones: empty queues, an empty KV cache)."""
+        assert self.process is None, f"replica {self.replica_id} restarted while up"
+        self._by_model = {engine.model_id: engine for engine in self.engines}
+        self.start()
 
     def _count_load(self) -> None:
         """Add the requests in flight since the last change to their time integral."""
@@ -168,7 +204,7 @@ class Replica:
         overhead = self._by_model[request.model_id].step_time.request_overhead_s
         if overhead > 0:  # the server's per-request work before the engine sees it
             timeout_at(self.env, self.env.now + overhead).callbacks.append(
-                lambda _event: self._reach(request, ARRIVAL_PRIORITY)
+                partial(self._reach_after_overhead, request, self.lives)
             )
             return
         if caller_priority != ARRIVAL_PRIORITY:
@@ -179,6 +215,11 @@ class Replica:
             self._reach_after_step_ends(request)
             return
         self._reach(request, caller_priority)
+
+    def _reach_after_overhead(self, request: Request, life: int, _event: simpy.Event) -> None:
+        # (not if the replica went down meanwhile: the request left with it)
+        if self.lives == life:
+            self._reach(request, ARRIVAL_PRIORITY)
 
     def _reach_after_step_ends(self, request: Request) -> None:
         """``request`` reaches the host once this instant's events have run. The requests

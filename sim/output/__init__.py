@@ -14,6 +14,8 @@
   bill as GPUs x time;
 - ``model_error``: the step-time model's error band of a class of deployment, measured on
   validation runs (``data/model_error/bands.csv``), for plans and summaries;
+- ``faults``: a fleet with faults: its events (``faults.parquet``), availability, degraded
+  periods and the summary's ``faults`` block;
 - ``summary_table``: the summary as the table ``fleetcast`` prints;
 - ``run_files``: a run folder's files, named once and written atomically, summary.json last.
 

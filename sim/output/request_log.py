@@ -4,15 +4,15 @@ Requests end out of order, but their rows go out in issue order (``request_id``)
 row is written once it and every request issued before it have ended, in batches of
 ``BATCH_ROWS``. So only the requests still in flight, and those that ended behind one still in
 flight, are held in memory, not every request of the run. A row is final once the request is
-rejected or its last token is stamped; what is left at the end of the run is unfinished (the
-cluster marks it so before ``close``).
+rejected or failed, or its last token is stamped; what is left at the end of the run is
+unfinished (the cluster marks it so before ``close``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from sim.engine.request import REJECTED, Request
+from sim.engine.request import ENDED_UNSERVED, Request
 from sim.output.results import requests_table
 from sim.output.tables import TableSink
 
@@ -32,7 +32,7 @@ class RequestLog:
         """Some request ended: write the rows that are now next in line and final."""
         in_order = self._in_order
         while in_order and (
-            (head := in_order[0]).completion_time_s is not None or head.status == REJECTED
+            (head := in_order[0]).completion_time_s is not None or head.status in ENDED_UNSERVED
         ):
             self._ready.append(in_order.popleft())
         if len(self._ready) >= BATCH_ROWS:

@@ -78,6 +78,13 @@ TRANSFER_COLUMNS = (
     ("transfer_start_s", pa.float64()),
     ("transfer_end_s", pa.float64()),
 )
+# with faults (faults.*), three more: how many times a request was sent again after its
+# replica went, the seconds from its arrival to its last loss, and why it failed (if it did)
+FAULT_COLUMNS = (
+    ("retries", pa.int32()),
+    ("retry_lost_s", pa.float64()),
+    ("fail_reason", pa.string()),
+)
 
 
 def requests_schema(
@@ -85,9 +92,10 @@ def requests_schema(
     sessions: bool = False,
     host_tier: bool = False,
     disaggregated: bool = False,
+    faults: bool = False,
 ) -> pa.Schema:
     """``requests.parquet``'s columns for a run with or without a prefix cache (and its host
-    tier), sessions and disaggregation."""
+    tier), sessions, disaggregation and faults."""
     schema = REQUESTS_SCHEMA
     if prefix_caching:
         schema = schema.append(pa.field(CACHED_PROMPT_TOKENS, pa.int32()))
@@ -98,6 +106,9 @@ def requests_schema(
             schema = schema.append(pa.field(name, kind))
     if disaggregated:
         for name, kind in TRANSFER_COLUMNS:
+            schema = schema.append(pa.field(name, kind))
+    if faults:
+        for name, kind in FAULT_COLUMNS:
             schema = schema.append(pa.field(name, kind))
     return schema
 
@@ -133,7 +144,12 @@ def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA)
         itl = np.where(completed, e2e / output, np.nan)
     columns = {
         "request_id": np.fromiter((r.request_id for r in requests), np.int64, n),
-        "replica_id": np.fromiter((r.replica_id for r in requests), np.int32, n),
+        # (null with faults: a request that found no replica up was never routed)
+        "replica_id": (
+            pa.array([r.replica_id for r in requests], pa.int32())
+            if "fail_reason" in schema.names
+            else np.fromiter((r.replica_id for r in requests), np.int32, n)
+        ),
         "arrival_time_s": _floats(arrival),
         "prompt_tokens": np.fromiter((r.prompt_tokens for r in requests), np.int32, n),
         "output_tokens": output.astype(np.int32),
@@ -162,6 +178,10 @@ def requests_table(requests: list[Request], schema: pa.Schema = REQUESTS_SCHEMA)
         columns["turn"] = np.fromiter((r.turn for r in requests), np.int32, n)
     if "prefill_replica_id" in schema.names:
         columns.update(_transfer_columns(requests))
+    if "retries" in schema.names:
+        columns["retries"] = np.fromiter((r.retries for r in requests), np.int32, n)
+        columns["retry_lost_s"] = np.fromiter((r.retry_lost_s for r in requests), float, n)
+        columns["fail_reason"] = strings_to_arrow([r.fail_reason for r in requests])
     arrays = [
         c if isinstance(c := columns[f.name], pa.Array) else numpy_to_arrow(c, f.type)
         for f in schema

@@ -42,10 +42,19 @@ REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
 SCALING_FILE = "scaling.parquet"  # an autoscaled fleet's changes (sim.output.scaling)
+FAULTS_FILE = "faults.parquet"  # a fleet with faults: its events (sim.output.faults)
 ERROR_FILE = "error.txt"
 # a run's files, the summary first: removed in this order, no summary is left beside a part
 # of the run it summed up
-RUN_FILES = (SUMMARY_FILE, CONFIG_FILE, REQUESTS_FILE, STEPS_FILE, SCALING_FILE, ERROR_FILE)
+RUN_FILES = (
+    SUMMARY_FILE,
+    CONFIG_FILE,
+    REQUESTS_FILE,
+    STEPS_FILE,
+    SCALING_FILE,
+    FAULTS_FILE,
+    ERROR_FILE,
+)
 # summary.json's counts, whole numbers (a sweep's runs.parquet keeps them as int64, a report
 # refuses a summary where one is not)
 SUMMARY_COUNTS = (
@@ -80,6 +89,11 @@ class RunResult:
     def scaling(self) -> pa.Table | None:
         """An autoscaled fleet's changes (``sim.output.scaling``); None for another fleet."""
         return self.tables.get(SCALING_FILE)
+
+    @property
+    def faults(self) -> pa.Table | None:
+        """A fleet with faults: its events (``sim.output.faults``); None for another fleet."""
+        return self.tables.get(FAULTS_FILE)
 
 
 def _temporary(folder: Path, name: str) -> Path:

@@ -85,7 +85,9 @@ def format_summary(
         *([f"step time:  {source}"] if source else []),
         *_model_error_lines(summary.get("model_error")),
         f"requests: {summary['num_requests']:,} ({summary['completed']:,} completed, "
-        f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), "
+        f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished"
+        + (f", {summary['failed']:,} failed" if "failed" in summary else "")
+        + "), "
         f"{summary['num_preemptions']:,} preemptions, {summary['duration_s']:.1f} s simulated",
         *(
             f"rejected:   {count:,} {reason}: {(rejection_texts or {}).get(reason, '')}".rstrip(
@@ -93,6 +95,7 @@ def format_summary(
             )
             for reason, count in (summary.get("rejected_by_reason") or {}).items()
         ),
+        *_faults_lines(summary.get("faults")),
         *_stability_lines(summary.get("stability")),
         "",
         f"{'latency (s)':<28}{'mean':>9}{'p50':>9}{'p90':>9}{'p95':>9}{'p99':>9}"
@@ -221,6 +224,23 @@ def _prefix_cache_lines(cache: Mapping | None) -> list[str]:
             f"{cache['host_stored_blocks']:,} blocks stored, {cache['host_loaded_blocks']:,} loaded"
         )
     return [line]
+
+
+def _faults_lines(faults: Mapping | None) -> list[str]:
+    """A fleet with faults: availability, the events, the requests retried and failed, and
+    the TTFT p99 while degraded (none without faults)."""
+    if faults is None:
+        return []
+    failed = faults["failed_by_reason"]
+    ttft = faults["degraded"]["ttft_s"]["p99"]
+    return [
+        f"faults:     availability {_percent(faults['availability'])}%, "
+        f"{faults['failures']} failure(s), {faults['maintenance']} maintenance drain(s), "
+        f"{faults['spot_reclaims']} spot reclaim(s); {faults['requests_retried']:,} request(s) "
+        f"retried ({faults['retry_lost_s']:,.1f} s lost), {faults['failed']:,} failed"
+        + (" (" + ", ".join(f"{n:,} {r}" for r, n in failed.items()) + ")" if failed else "")
+        + f"; degraded {faults['degraded_s']:,.1f} s, TTFT p99 then {_num(ttft)} s"
+    ]
 
 
 def _tier_lines(per_tier: Mapping | None) -> list[str]:

@@ -76,6 +76,22 @@ class Answer:
         return None if pools is None else fleet_text(pools)
 
 
+NO_FAULTS = "no faults"  # the what-if of a plan with faults: the same fleet never failing
+
+
+def spare_capacity(answer_json: dict[str, Any]) -> dict[str, Any] | None:
+    """With faults on, the answer's split: ``load_replicas`` (N, the count the load needs
+    without faults), ``spare_replicas`` (k, the rest) and the fault rates; None without."""
+    found = answer_json.get("whatifs", {}).get(NO_FAULTS)
+    if found is None:
+        return None
+    load = found["replicas"]
+    return {
+        "load_replicas": load,
+        "spare_replicas": None if load is None else answer_json["replicas"] - load,
+    }
+
+
 def headroom_bounds(seen: dict[float, dict[str, Any]]) -> tuple[float, float | None]:
     """(the largest multiple still stable, the smallest past the knee or None)."""
     bad = sorted(
@@ -146,6 +162,11 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
         if answer.model_error is not None:
             out["model_error"] = model_error_json(answer.model_error, answer.whatifs)
         out["slo"] = slo_json(chosen, plan.confidence)
+        spare = spare_capacity(out)
+        if spare is not None:
+            faults = chosen.summaries[0]["faults"]
+            keys = ("gpu_mtbf_h", "repair", "repair_h", "on_failure")
+            out.update(spare, faults={key: faults[key] for key in keys})
     return out
 
 
@@ -261,10 +282,31 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         if "model_error" in c:
             count = partial(_count, pools=pools)
             lines.append("       model error: " + model_error_text(c["model_error"], count))
+        if "spare_replicas" in c:
+            lines.append("       faults: " + spare_text(c))
     for c in plan_json["candidates"]:
         if not c["feasible"]:
             lines.append(f"  infeasible: {c['candidate']}: {c['reason']}")
     return "\n".join(lines)
+
+
+def spare_text(c: dict[str, Any]) -> str:
+    """``N = 6 for the load, k = 2 for failures at these rates (...)`` of a candidate's
+    ``plan.json`` entry with faults."""
+    faults = c["faults"]
+    rates = (
+        f"a GPU failing every {faults['gpu_mtbf_h']:g} h, repaired in {faults['repair_h']:g} h "
+        f"({faults['repair']})"
+        if faults["gpu_mtbf_h"]
+        else "the scheduled events"
+    )
+    if c["load_replicas"] is None:
+        return f"without faults no count meets the SLOs either; with them {c['replicas']}"
+    fate = "retried" if faults["on_failure"] == "retry" else "failed"
+    return (
+        f"N = {c['load_replicas']} for the load, k = {c['spare_replicas']} for failures at "
+        f"these rates: {rates}, their requests {fate}"
+    )
 
 
 def _count(replicas: int | None, pools: dict[str, dict[str, Any]] | None) -> str:

@@ -1,7 +1,9 @@
 """One plan's searches side by side: each candidate's smallest replica count that meets every
 SLO (``sim.plan.search``, each point replicated by ``sim.plan.replications``), its what-ifs and
-headroom at the answer, the progress shown per candidate, and the plan's ``plan.parquet`` and
-``plan.json`` (``sim.plan.planner``'s module docstring says what they hold)."""
+headroom at the answer (with faults on, the what-if of the same fleet without them: the count
+the load needs, N, and the spare capacity the faults ask for, k), the progress shown per
+candidate, and the plan's ``plan.parquet`` and ``plan.json`` (``sim.plan.planner``'s module
+docstring says what they hold)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from sim.plan.answer import Answer, ModelError, answer_json, rows_table
+from sim.plan.answer import NO_FAULTS, Answer, ModelError, answer_json, rows_table
 from sim.plan.capacity import fleet_capacity
 from sim.plan.files import write_plan
 from sim.plan.replications import Point, evaluate
@@ -21,6 +23,14 @@ from sim.plan.runs import Job, RefusedRun, Simulations
 from sim.plan.search import smallest_meeting
 from sim.plan.settings import PlanConfig, Prepared
 from sim.plan.slo import Constraint, parse
+
+# overrides that turn every fault off (configs/faults/default.yaml's settings)
+FAULTS_OFF = (
+    "faults.gpu_mtbf_h=null",
+    "faults.schedule=[]",
+    "faults.maintenance=[]",
+    "faults.spot=[]",
+)
 
 
 def plan_candidate(
@@ -82,16 +92,21 @@ def plan_candidate(
     whatifs = [f"step_time x{k:g}" for k in plan.step_time_scales] + [
         f"rate x{k:g}" for k in plan.rate_scales
     ]
-    scaled = [f"sim.step_time_scale={k:g}" for k in plan.step_time_scales] + [
-        f"sim.arrival_rate_scale={k:g}" for k in plan.rate_scales
+    scaled = [[f"sim.step_time_scale={k:g}"] for k in plan.step_time_scales] + [
+        [f"sim.arrival_rate_scale={k:g}"] for k in plan.rate_scales
     ]
     band = model_error.band if model_error is not None else None
     if band is not None:  # the model's own error: every step at the band's p50, then its p90
         for quantile in ("p50", "p90"):
             whatifs.append(band.label(quantile))
-            scaled.append(f"sim.step_time_scale={getattr(band, quantile):g}")
+            scaled.append([f"sim.step_time_scale={getattr(band, quantile):g}"])
+    if "faults" in points[found].summaries[0]:
+        # the same fleet that never fails: its count is the load's (N), the rest the spare
+        # capacity the faults ask for (k)
+        whatifs.append(NO_FAULTS)
+        scaled.append(list(FAULTS_OFF))
     searches: list[Callable[[], Any]] = [
-        partial(_unless_refused, partial(search, [extra], found)) for extra in scaled
+        partial(_unless_refused, partial(search, extra, found)) for extra in scaled
     ]
     if plan.max_headroom is not None:
         most = plan.max_headroom

@@ -222,6 +222,18 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
             + model_error_text(best["model_error"], lambda n: "infeasible" if n is None else str(n))
             + "."
         )
+    if best.get("spare_replicas") is not None:
+        faults = best.get("faults") or {}
+        rates = (
+            f"a GPU failing every {_num(faults['gpu_mtbf_h'])} hours, repaired in "
+            f"{_num(faults.get('repair_h'))} hours"
+            if faults.get("gpu_mtbf_h")
+            else "the scheduled failures, drains and reclaims"
+        )
+        sentences.append(
+            f"Spare capacity: N = {best['load_replicas']} replica(s) for the load, "
+            f"k = {best['spare_replicas']} for failures at these rates ({rates})."
+        )
     if len(feasible) > 1:
         runner = feasible[1]
         more = runner["usd_per_hour"] / best["usd_per_hour"] - 1

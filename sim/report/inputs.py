@@ -155,6 +155,9 @@ SUMMARY_SHAPE: dict[str, Any] = {
     "autoscale": MAPPING,
     "disaggregation": MAPPING,
     "prefix_cache": MAPPING,
+    "failed": COUNT,
+    "failed_by_reason": MAPPING,
+    "faults": MAPPING,
 }
 # the keys every summary.json has (the output contract, docs/reference: the summary's keys)
 SUMMARY_KEYS = (
@@ -212,6 +215,9 @@ CANDIDATE_SHAPE = {
         "misses_at_rate_x": NUMBER,
         "evaluated": MAPPING,
     },
+    "load_replicas": COUNT,  # with faults: the count without them (N)
+    "spare_replicas": COUNT,  # and the spare the faults ask for (k)
+    "faults": {"gpu_mtbf_h": NUMBER, "repair_h": NUMBER, "repair": TEXT, "on_failure": TEXT},
     "slo": {},  # each SLO's interval, by its text
     "model_error": {"class": MAPPING, "band": MAPPING},  # plan.model_error=measured
 }

@@ -136,6 +136,17 @@ def test_a_plan_answers_with_the_cheapest_feasible_candidate_and_its_intervals()
     )
 
 
+def test_a_plan_with_faults_says_its_spare_capacity():
+    """With faults on, the answer says N (the count without faults) and k (the spare)."""
+    best = candidate("hardware=h100_sxm", 5.98, 6, load_replicas=4, spare_replicas=2)
+    best["faults"] = {"gpu_mtbf_h": 50000, "repair_h": 4, "repair": "fixed", "on_failure": "retry"}
+    plan = {"slo": ["ttft_s.p99 <= 0.5"], "candidates": [best]}
+    assert plan_answer(PlanInput(Path("p"), plan, None, None), None).endswith(
+        "Spare capacity: N = 4 replica(s) for the load, k = 2 for failures at these rates (a GPU "
+        "failing every 50,000 hours, repaired in 4 hours)."
+    )
+
+
 def test_a_plan_with_no_feasible_candidate_says_why():
     plan = {
         "slo": ["ttft_s.p99 <= 0.01"],

@@ -1,0 +1,158 @@
+"""A fleet whose replicas go (``faults.*`` set): failures, maintenance drains, spot reclaims.
+
+Not one more shape but a wrapper around the shape the registry picked (``sim.deploy.shapes``,
+``WRAPPERS``): every member passes through to it, and this adds its part:
+
+- ``cluster_options``: replicas step one by one (a replica going down mid decode stretch would
+  leave the stretch's ended steps unapplied);
+- ``connect``: the inner shape's, then the faults' processes (``sim.fleet.faults``), which
+  take replicas down and bring them back through the cluster's own methods;
+- ``requests_columns``: ``retries``, ``retry_lost_s``, ``fail_reason``;
+- ``priced``: the inner shape's bill, whole: a replica that is down is still paid for, as
+  reserved and on-demand capacity is (a spot replica's bill after its loss too: the
+  replacement is assumed bought at once, even when ``replace_s`` is null);
+- ``add_to_summary``: the ``faults`` block, and top-level ``failed`` and ``failed_by_reason``;
+- ``tables``: ``faults.parquet``.
+
+What it does not model yet, refused with the key that asks: an autoscaled or disaggregated
+fleet, a frontend (tokens streamed after their step: a lost replica's stream would need
+unwinding), a prefix cache and speculative decoding (their counters are per engine, and a
+replica comes back with fresh engines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sim.config.faults import Maintenance, ScheduledFailure, SpotReclaim
+from sim.config.schema import RunConfig
+from sim.deploy.shape import FleetShape, Priced
+from sim.engine.scheduler.base import Scheduler
+from sim.errors import ConfigError, require
+from sim.fleet.cluster import Cluster
+from sim.fleet.faults import FleetFaults
+from sim.fleet.replica import Engine
+from sim.output.faults import FaultLog
+from sim.output.results import FAULT_COLUMNS
+from sim.output.run_files import FAULTS_FILE
+from sim.output.step_log import StepLog
+from sim.workload.source import Workload
+
+# what faults are not modelled with yet: (the key, whether the run sets it, why)
+_NOT_WITH = (
+    ("autoscale.policy", lambda run: run.autoscale.enabled, "an autoscaled fleet"),
+    ("placement", lambda run: run.placement.mode == "disaggregated", "a disaggregated fleet"),
+    ("frontend.token_s", lambda run: run.frontend.token_s > 0, "a frontend"),
+    ("kv.prefix_caching", lambda run: run.kv.prefix_caching, "a prefix cache"),
+    ("spec_decode.num_draft_tokens", lambda run: run.spec_decode.enabled, "speculative decoding"),
+)
+
+
+class FaultyFleet(FleetShape):
+    """``inner``, a fleet the registry picked, whose replicas fail, drain and are reclaimed as
+    ``faults`` says."""
+
+    def __init__(self, inner: FleetShape) -> None:
+        run = inner.run
+        super().__init__(inner.cfg, run)
+        for key, sets, what in _NOT_WITH:
+            if sets(run):
+                raise ConfigError(
+                    key,
+                    _value(inner.cfg, key),
+                    f"faults are not modelled with {what} yet: turn one of them off",
+                )
+        faults = run.faults
+        replicas = run.fleet.replicas
+        groups: tuple[tuple[str, Sequence[ScheduledFailure | Maintenance | SpotReclaim]], ...] = (
+            ("schedule", faults.schedule),
+            ("maintenance", faults.maintenance),
+            ("spot", faults.spot),
+        )
+        for group, entries in groups:
+            for i, entry in enumerate(entries):
+                require(
+                    entry.replica < replicas,
+                    f"faults.{group}[{i}].replica",
+                    entry.replica,
+                    f"is not a replica of this fleet (ids 0 to {replicas - 1})",
+                )
+        self.inner = inner
+        self.placement = inner.placement
+        self.engines = inner.engines
+        self.log = FaultLog()
+
+    @classmethod
+    def applies(cls, run: RunConfig) -> bool:
+        return run.faults.enabled
+
+    def check_servable(
+        self, workload: Workload, model_ids: np.ndarray, length_field: tuple[str, Any]
+    ) -> list[Scheduler]:
+        return self.inner.check_servable(workload, model_ids, length_field)
+
+    def replica_engines(self) -> list[list[Engine]]:
+        return self.inner.replica_engines()
+
+    def requests_columns(self, sessions: bool) -> pa.Schema:
+        schema = self.inner.requests_columns(sessions)
+        for name, kind in FAULT_COLUMNS:
+            schema = schema.append(pa.field(name, kind))
+        return schema
+
+    def step_log_blocks(self) -> list[int]:
+        return self.inner.step_log_blocks()
+
+    def replica_pools(self) -> list[str] | None:
+        return self.inner.replica_pools()
+
+    def cluster_options(self) -> dict[str, Any]:
+        return {**self.inner.cluster_options(), "fast_forward_decode": False}
+
+    def connect(self, cluster: Cluster, seed: int) -> None:
+        self.inner.connect(cluster, seed)
+        placement = self.placement
+        gpus = [
+            max(placement.deployments[m].num_gpus for m in models)
+            for models in placement.replica_models
+        ]
+        FleetFaults(cluster, self.run.faults, gpus, seed, self._new_engines, self.log)
+
+    def _new_engines(self, replica_id: int) -> list[Engine]:
+        """Fresh engines for a replica that comes back (as ``FixedFleet.replica_engines``)."""
+        engine = self.engines.engine
+        return [engine(m) for m in self.placement.replica_models[replica_id]]
+
+    def priced(self) -> Priced:
+        return self.inner.priced()  # (down replicas billed: module docstring)
+
+    def add_to_summary(
+        self, summary: dict[str, Any], step_log: StepLog, column: Callable[[str], np.ndarray]
+    ) -> None:
+        self.inner.add_to_summary(summary, step_log, column)
+        # the run's span, to its last arrival at least (requests that failed at once, with
+        # no replica up, end no step)
+        arrival = column("arrival_time_s")
+        start_s = float(arrival.min()) if len(arrival) else 0.0
+        end_s = max(start_s + summary["duration_s"], float(arrival.max()) if len(arrival) else 0.0)
+        block = self.log.summary(self.run.faults, column, start_s, end_s)
+        summary["failed"] = block["failed"]
+        summary["failed_by_reason"] = block["failed_by_reason"]
+        summary["faults"] = block
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {**self.inner.tables(), FAULTS_FILE: self.log.table()}
+
+
+def _value(cfg: dict[str, Any], key: str) -> object:
+    """The value at dotted ``key`` of a plain config (``placement``: its mode)."""
+    node: Any = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        return node.get("mode", "{...}")
+    return node

@@ -1,0 +1,270 @@
+"""Replicas that go: failures, maintenance drains and spot reclaims, as the run goes.
+
+A replica is in one of three states:
+
+- up: the router sends it requests;
+- draining (a maintenance drain, or a spot replica under its reclaim notice): the router sends
+  it nothing more, and it serves what it holds;
+- down: its process has stopped (the step in progress never ends: no step is taken or logged
+  while it is down), and it holds nothing. Its requests left with it: each is sent again to a
+  replica that is up (``on_failure=retry``) or ends failed with the cause
+  (``on_failure=fail``). A request sent again starts over (prefill from scratch, its first
+  token again), keeps its arrival time, so its TTFT and E2E include the loss, and counts the
+  loss in ``retries`` and ``retry_lost_s`` (arrival to its last loss). With no replica up for
+  its model it fails (``sim.fleet.cluster.NO_REPLICA``).
+
+What takes a replica down (``faults``, ``sim.config.faults``):
+
+- a failure: random, each replica up for an exponential time of mean ``gpu_mtbf_h / gpus``
+  between failures, then down for a repair time (exponential or fixed, mean ``repair_h``),
+  each replica's two draws from its own streams (``faults.uptime.<id>``,
+  ``faults.repair.<id>``: turning faults on moves no other stream, and a fleet of more
+  replicas sees the same failures on the replicas it shares with a smaller one); or one of
+  ``faults.schedule``. A failure of a replica already down is none;
+- a maintenance drain: it drains, leaves once empty (or, at its deadline, hands what it still
+  holds to the others: sent again, as a retry, whatever ``on_failure`` says), and is back
+  ``duration_s`` after it left;
+- a spot reclaim: it drains from the notice, and is lost at the notice's end with what it
+  still holds (as ``on_failure`` says); a replacement comes ``replace_s`` later, if given.
+
+A replica that comes back has fresh engines (``new_engines``): empty queues and an empty KV
+cache, as a repaired or replaced node starts. Every change is written to the ``FaultLog``
+(``sim.output.faults``). Only a fixed fleet's replicas go (``sim.deploy.faulty`` refuses the
+rest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from functools import partial
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from sim import rng
+from sim.config.faults import FaultsConfig
+from sim.engine.request import FAILED, RUNNING, WAITING, Request
+from sim.fleet.replica import Engine, Replica
+from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
+from sim.output.faults import FAILURE, MAINTENANCE, SPOT, FaultEvent, FaultLog
+from sim.output.request_log import RequestLog
+
+UP, DRAINING, DOWN = "up", "draining", "down"
+# each cause's ``fail_reason`` for the requests it fails
+FAIL_REASONS = {FAILURE: "replica_failure", SPOT: "spot_reclaim", MAINTENANCE: "maintenance"}
+HOUR_S = 3600.0
+
+
+class FaultyCluster(Protocol):
+    """What the faults ask of the cluster (``sim.fleet.cluster.Cluster``)."""
+
+    env: simpy.Environment
+    replicas: list[Replica]
+    request_log: RequestLog
+
+    def stop_routing(self, replica: Replica) -> None: ...
+
+    def resume_routing(self, replica: Replica) -> None: ...
+
+    def drain(self, replica: Replica, on_released: Callable[[Replica], None]) -> None: ...
+
+    def route(self, request: Request, caller_priority: int) -> None: ...
+
+    def end_request(self, request: Request, caller_priority: int) -> None: ...
+
+    def flush_steps(self, replica: Replica) -> None: ...
+
+    def finished(self) -> bool: ...
+
+
+class FleetFaults:
+    def __init__(
+        self,
+        cluster: FaultyCluster,
+        config: FaultsConfig,
+        gpus: list[int],
+        seed: int,
+        new_engines: Callable[[int], list[Engine]],
+        log: FaultLog,
+    ) -> None:
+        """``gpus[i]``: replica ``i``'s GPUs (its failure rate's multiple); ``new_engines(i)``:
+        fresh engines for replica ``i`` when it comes back."""
+        self.cluster = cluster
+        self.env = cluster.env
+        self.config = config
+        self.new_engines = new_engines
+        self.log = log
+        self.retry = config.on_failure == "retry"
+        num = len(gpus)
+        self._state = [UP] * num
+        # the event the replica's current absence (draining or down) belongs to, if any
+        self._outage: list[FaultEvent | None] = [None] * num
+        log.start(num)
+        env = self.env
+        if config.random_failures:
+            assert config.gpu_mtbf_h
+            for replica_id, count in enumerate(gpus):
+                mean_up_s = config.gpu_mtbf_h * HOUR_S / count
+                env.process(self._random_failures(replica_id, mean_up_s, seed))
+        for entry in config.schedule:
+            at = timeout_at(env, entry.at_s)
+            at.callbacks.append(partial(self._scheduled_failure, entry.replica, entry.repair_s))
+        for drain in config.maintenance:
+            at = timeout_at(env, drain.at_s)
+            at.callbacks.append(
+                partial(self._maintain, drain.replica, drain.duration_s, drain.deadline_s)
+            )
+        for reclaim in config.spot:
+            at = timeout_at(env, reclaim.at_s)
+            at.callbacks.append(
+                partial(self._notice, reclaim.replica, reclaim.notice_s, reclaim.replace_s)
+            )
+
+    def state(self, replica_id: int) -> str:
+        """``up``, ``draining`` or ``down``."""
+        return self._state[replica_id]
+
+    # -- what takes replicas down ----------------------------------------------------------
+
+    def _random_failures(
+        self, replica_id: int, mean_up_s: float, seed: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """Replica ``replica_id``'s failures and repairs, until the run's last request ended."""
+        env = self.env
+        uptime = rng.stream(seed, f"faults.uptime.{replica_id}")
+        repair = rng.stream(seed, f"faults.repair.{replica_id}")
+        while not self.cluster.finished():
+            yield timeout_at(env, env.now + float(uptime.exponential(mean_up_s)))
+            if self.cluster.finished():
+                return
+            event = self._fail(replica_id, FAILURE)
+            repair_s = self._repair_s(repair)
+            if event is None:  # down already (a drain, a reclaim): no failure to repair
+                continue
+            yield timeout_at(env, env.now + repair_s)
+            self._back(replica_id, event)
+
+    def _repair_s(self, draws: np.random.Generator) -> float:
+        mean_s = self.config.repair_h * HOUR_S
+        if self.config.repair == "fixed":
+            return mean_s
+        return float(draws.exponential(mean_s))
+
+    def _scheduled_failure(self, replica_id: int, repair_s: float | None, _e: Any) -> None:
+        event = self._fail(replica_id, FAILURE)
+        if event is not None and repair_s is not None:
+            self._back_at(replica_id, event, self.env.now + repair_s)
+
+    def _maintain(
+        self, replica_id: int, duration_s: float, deadline_s: float | None, _e: Any
+    ) -> None:
+        """A maintenance drain begins: it leaves once empty, or at the deadline."""
+        if self._state[replica_id] != UP:
+            return  # (out already: the work is done while it is)
+        event = self._drain(replica_id, MAINTENANCE)
+
+        def leave(_e: Any) -> None:
+            if self._outage[replica_id] is event and self._state[replica_id] == DRAINING:
+                self._take_down(replica_id, event, retry=True)
+                self._back_at(replica_id, event, self.env.now + duration_s)
+
+        def emptied(_replica: Replica) -> None:
+            # (heard inside the replica's own step end, maybe: it leaves in an event of its
+            # own, once that step end is over; it has nothing to start a step with meanwhile)
+            timeout_at(self.env, self.env.now).callbacks.append(leave)
+
+        self.cluster.drain(self.cluster.replicas[replica_id], emptied)
+        if deadline_s is not None:
+            timeout_at(self.env, self.env.now + deadline_s).callbacks.append(leave)
+
+    def _notice(self, replica_id: int, notice_s: float, replace_s: float | None, _e: Any) -> None:
+        """A spot reclaim notice: no new requests now, lost at the notice's end."""
+        if self._state[replica_id] != UP:
+            return
+        event = self._drain(replica_id, SPOT)
+        self.cluster.drain(self.cluster.replicas[replica_id], lambda _replica: None)
+
+        def reclaim(_e: Any) -> None:
+            if self._outage[replica_id] is event and self._state[replica_id] == DRAINING:
+                self._take_down(replica_id, event, retry=self.retry)
+                if replace_s is not None:
+                    self._back_at(replica_id, event, self.env.now + replace_s)
+
+        timeout_at(self.env, self.env.now + notice_s).callbacks.append(reclaim)
+
+    # -- the changes -----------------------------------------------------------------------
+
+    def _drain(self, replica_id: int, kind: str) -> FaultEvent:
+        event = self.log.begin(replica_id, kind, self.env.now)
+        self._state[replica_id] = DRAINING
+        self._outage[replica_id] = event
+        self.log.out_of_routing(replica_id, self.env.now)
+        return event
+
+    def _fail(self, replica_id: int, kind: str) -> FaultEvent | None:
+        """Replica ``replica_id`` fails now (None: it was down already)."""
+        if self._state[replica_id] == DOWN:
+            return None
+        event = self.log.begin(replica_id, kind, self.env.now)
+        if self._state[replica_id] == UP:
+            self.log.out_of_routing(replica_id, self.env.now)
+        self._outage[replica_id] = event  # (a drain under way ends with it)
+        self._take_down(replica_id, event, retry=self.retry)
+        return event
+
+    def _take_down(self, replica_id: int, event: FaultEvent, retry: bool) -> None:
+        """The replica leaves now with what it holds: each request retried or failed."""
+        cluster = self.cluster
+        replica = cluster.replicas[replica_id]
+        now = self.env.now
+        held = [
+            r
+            for r in cluster.request_log.unwritten
+            if r.replica_id == replica_id and (r.status == WAITING or r.status == RUNNING)
+        ]
+        cluster.stop_routing(replica)
+        replica.stop()
+        cluster.flush_steps(replica)  # (its steps so far: the engines are replaced)
+        replica.engines = self.new_engines(replica_id)
+        self._state[replica_id] = DOWN
+        self.log.down(replica_id, now)
+        reason = FAIL_REASONS[event.kind]
+        for request in held:
+            if retry:
+                _send_again(request, now)
+                event.retried += 1
+                cluster.route(request, ARRIVAL_PRIORITY)
+            else:
+                request.status = FAILED
+                request.fail_reason = reason
+                event.failed += 1
+                cluster.end_request(request, ARRIVAL_PRIORITY)
+
+    def _back_at(self, replica_id: int, event: FaultEvent, time_s: float) -> None:
+        timeout_at(self.env, time_s).callbacks.append(lambda _e: self._back(replica_id, event))
+
+    def _back(self, replica_id: int, event: FaultEvent) -> None:
+        """The replica is back, if its absence is still ``event``'s."""
+        if self._outage[replica_id] is not event:
+            return
+        replica = self.cluster.replicas[replica_id]
+        replica.restart()
+        self.cluster.resume_routing(replica)
+        self._state[replica_id] = UP
+        self._outage[replica_id] = None
+        self.log.up(replica_id, self.env.now)
+
+
+def _send_again(request: Request, now: float) -> None:
+    """``request`` starts over on another replica: nothing computed, no token sent (the
+    client's stream restarts), its arrival kept."""
+    request.retries += 1
+    request.retry_lost_s = now - request.arrival_time_s
+    request.status = WAITING
+    request.num_generated = 0
+    request.num_computed_tokens = 0
+    request.kv_slots = 0  # (its blocks went with the replica's KV cache)
+    request.first_scheduled_time_s = None
+    request.first_token_time_s = None
+    request.completion_time_s = None
