@@ -174,8 +174,13 @@ SUMMARY = {
     "prefix_cache.host_loaded_blocks": "blocks copied back from host memory",
     "prefix_cache.host_hit_tokens": "tokens found in host memory",
     "prefix_cache.host_evicted_blocks": "blocks evicted from host memory",
-    "model_error.class.step_time_model": "*with `+output.model_error=true`*: the step-time model: `roofline`, `calibrated`, `bench_profile` (a roofline with a `calibrate --bench` profile), `linear`, `constant`",
-    "model_error.class.engine": "the engine, as the scheduler's name (`vllm`, `sglang`, `trtllm`, ...)",
+    "model_error.class.step_time_model": (
+        "*with `+output.model_error=true`*: the step-time model: `roofline`, `calibrated`, "
+        "`bench_profile` (a roofline with a `calibrate --bench` profile), `linear`, `constant`"
+    ),
+    "model_error.class.engine": (
+        "the engine, as the scheduler's name (`vllm`, `sglang`, `trtllm`, ...)"
+    ),
     "model_error.class.gpu_family": "the GPU's family (`H100` for H100-SXM and H100-PCIe)",
     "model_error.class.tp": "the TP degree",
     "model_error.class.precision": "the weight precision",
@@ -189,7 +194,9 @@ SUMMARY = {
     "model_error.band.source": "where the rows came from",
     "model_error.band.rows": "`validation rows`, or `the profile's held-out runs`",
     "model_error.band.level": "how far the lookup fell back: `exact class`, `any tp`, ...",
-    "model_error.band.answered_by.step_time_model": "the class of the table row that answered (`*`: any)",
+    "model_error.band.answered_by.step_time_model": (
+        "the class of the table row that answered (`*`: any)"
+    ),
     "model_error.band.answered_by.engine": "the same",
     "model_error.band.answered_by.gpu_family": "the same",
     "model_error.band.answered_by.tp": "the same",
@@ -250,8 +257,7 @@ SUMMARY = {
     "disaggregation.<pool>.usd_per_hour": "its cost per hour",
     "failed": "*with faults*: requests that failed (lost with their replica, or with none up)",
     "failed_by_reason": "failures by cause (`{}`: none)",
-    "failed_by_reason.<reason>": "failures for `replica_failure`, `spot_reclaim` or "
-    "`no_replica`",
+    "failed_by_reason.<reason>": "failures for `replica_failure`, `spot_reclaim` or `no_replica`",
     "faults.on_failure": "`retry` or `fail` (`faults.on_failure`)",
     "faults.gpu_mtbf_h": "mean hours between failures of one GPU (null: no random failures)",
     "faults.repair": "`exponential` or `fixed` repair times",

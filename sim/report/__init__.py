@@ -6,6 +6,8 @@ A report reads files only (the run's Parquet tables and JSON, a collected sweep,
 the simulator before, never by simulating again.
 
 - ``inputs``: what PATH is (a run, a collected sweep, a plan, a day plan) and reading it;
+- ``shapes``: the shapes of ``summary.json``, ``plan.json`` and ``plan_request.json`` a report
+  accepts, and the check that refuses a file naming its first wrong key;
 - ``day_plan``: the tolerant reader of ``day_plan.json`` (periods, the three answers);
 - ``intervals``: Wilson intervals for a share, Student-t intervals for a mean;
 - ``answer``: the answer paragraph: what to buy, what it costs, how sure;

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,18 +40,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from sim.errors import ConfigError
 from sim.output.run_files import (
     CONFIG_FILE,
     REQUESTS_FILE,
     SCALING_FILE,
     STEPS_FILE,
-    SUMMARY_COUNTS,
     SUMMARY_FILE,
 )
 from sim.plan.rounds import Rounds
 from sim.plan.runs import RUNS_FOLDER, Job, Simulations
 from sim.report.day_plan import DAY_PLAN_FILE, DayPlan, read_day_plan
+from sim.report.shapes import (
+    CONFIG_SECTIONS,
+    MAPPING,
+    PLAN_REQUEST_SHAPE,
+    PLAN_SHAPE,
+    SUMMARY_KEYS,
+    SUMMARY_SHAPE,
+    TEXT,
+    check_shape,
+    refuse,
+)
 from sim.resources import config_file, yaml_loader
 
 COLLECTED_FOLDER = "collected"
@@ -63,22 +71,18 @@ PLAN_REQUEST_FILE = "plan_request.json"
 MULTIRUN_FILE = "multirun.yaml"  # Hydra's record of a sweep's command
 
 
-def _refuse(path: Path | str, reason: str) -> ConfigError:
-    return ConfigError("PATH", str(path), reason)
-
-
 def _read_json(path: Path, folder: Path) -> Any:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise _refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
+        raise refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
 
 
 def _read_yaml(path: Path, folder: Path) -> Any:
     try:
         return yaml.load(path.read_text(), Loader=yaml_loader())
     except (OSError, yaml.YAMLError) as err:
-        raise _refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
+        raise refuse(folder, f"cannot read {path.name}: {' '.join(str(err).split())}") from None
 
 
 def _parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
@@ -92,201 +96,9 @@ def _parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame | Non
             columns = [c for c in columns if have is None or c in have]
         return pq.read_table(path, columns=columns).to_pandas()
     except (pa.ArrowException, OSError) as err:
-        raise _refuse(
+        raise refuse(
             path.parent, f"cannot read {path.name}: {' '.join(str(err).split())}"
         ) from None
-
-
-# -- the shape of the files the report reads --------------------------------------------------
-#
-# A shape is a check (a function from a value to "it is fine"), a mapping of key -> shape (the
-# value must be a mapping; each key, when present and not null, must have its shape), or a
-# one-item list [shape] (a list whose every item has it). Null is allowed wherever a key is:
-# the simulator writes null for a statistic it has no sample for.
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A leaf of a shape: ``what`` names it in a refusal (``a number``)."""
-
-    what: str
-    test: Callable[[object], bool]
-
-
-NUMBER = Kind("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
-COUNT = Kind(
-    "a whole number >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0
-)
-TEXT = Kind("text", lambda v: isinstance(v, str))
-FLAG = Kind("true or false", lambda v: isinstance(v, bool))
-MAPPING = Kind("a mapping", lambda v: isinstance(v, dict))
-LIST = Kind("a list", lambda v: isinstance(v, list))
-
-STATS = {stat: NUMBER for stat in ("mean", "p50", "p90", "p95", "p99")}
-# summary.json as the report reads it (sim.output.results writes it)
-SUMMARY_SHAPE: dict[str, Any] = {
-    **{key: STATS for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queueing_delay_s")},
-    "throughput": {
-        "requests_per_s": NUMBER,
-        "output_tokens_per_s": NUMBER,
-        "total_tokens_per_s": NUMBER,
-    },
-    "goodput_requests_per_s": NUMBER,
-    "slo": {"ttft_s": NUMBER, "tpot_s": NUMBER, "e2e_s": NUMBER},
-    **dict.fromkeys(SUMMARY_COUNTS, COUNT),
-    "duration_s": NUMBER,
-    "gpu_busy_fraction": NUMBER,
-    "kv_utilization": {"mean": NUMBER, "max": NUMBER},
-    "kv_capacity_tokens_per_model": [COUNT],
-    "cost": {
-        "usd_per_gpu_hour": NUMBER,
-        "tier": TEXT,
-        "price_source": TEXT,
-        "usd_per_hour": NUMBER,
-        "usd_per_hour_with_energy": NUMBER,
-        "usd_per_million_output_tokens": NUMBER,
-        "usd_per_million_input_tokens": NUMBER,
-        "usd_per_thousand_good_requests": NUMBER,
-        "gpu_hours_per_day": NUMBER,
-        "energy": MAPPING,
-    },
-    "rejected_by_reason": MAPPING,
-    "stability": {"verdict": TEXT, "reason": TEXT},
-    "autoscale": MAPPING,
-    "disaggregation": MAPPING,
-    "prefix_cache": MAPPING,
-    "failed": COUNT,
-    "failed_by_reason": MAPPING,
-    "faults": MAPPING,
-}
-# the keys every summary.json has (the output contract, docs/reference: the summary's keys)
-SUMMARY_KEYS = (
-    "ttft_s",
-    "tpot_s",
-    "itl_s",
-    "e2e_s",
-    "throughput",
-    "goodput_requests_per_s",
-    "completed",
-    "rejected",
-    "unfinished",
-    "num_gpus",
-    "kv_capacity_tokens",
-    "cost",
-)
-# the config.yaml groups the report reads, each a mapping (configs/: one folder per group)
-CONFIG_SECTIONS = (
-    "model",
-    "hardware",
-    "precision",
-    "memory",
-    "kv",
-    "fleet",
-    "scheduler",
-    "router",
-    "step_time",
-    "workload",
-    "slo",
-    "sim",
-    "frontend",
-    "placement",
-    "cost",
-    "output",
-    "autoscale",
-    "spec_decode",
-)
-CANDIDATE_SHAPE = {
-    "candidate": TEXT,
-    "overrides": [TEXT],
-    "feasible": FLAG,
-    "replicas": COUNT,
-    "reason": TEXT,
-    "evaluated": [MAPPING],
-    "usd_per_hour": NUMBER,
-    "usd_per_million_output_tokens": NUMBER,
-    "replications": COUNT,
-    "miss_probability": NUMBER,
-    "verdicts": [TEXT],
-    "whatifs": MAPPING,
-    "headroom": MAPPING,
-    "slo_headroom": {
-        "outcome": TEXT,
-        "meets_up_to_rate_x": NUMBER,
-        "misses_at_rate_x": NUMBER,
-        "evaluated": MAPPING,
-    },
-    "load_replicas": COUNT,  # with faults: the count without them (N)
-    "spare_replicas": COUNT,  # and the spare the faults ask for (k)
-    "faults": {"gpu_mtbf_h": NUMBER, "repair_h": NUMBER, "repair": TEXT, "on_failure": TEXT},
-    "slo": {},  # each SLO's interval, by its text
-    "model_error": {"class": MAPPING, "band": MAPPING},  # plan.model_error=measured
-}
-INTERVAL_SHAPE = {"mean": NUMBER, "ci_low": NUMBER, "ci_high": NUMBER}
-# a capacity plan's answer (plan.solve=max_rate, sim.plan.capacity)
-CAPACITY_SHAPE = {
-    "outcome": TEXT,
-    "rate_x": NUMBER,
-    "misses_at_rate_x": NUMBER,
-    "base_requests_per_s": NUMBER,
-    "evaluated": [MAPPING],
-    "requests_per_s": NUMBER,
-    "input_tokens_per_s": NUMBER,
-    "output_tokens_per_s": NUMBER,
-    "replications": COUNT,
-    "miss_probability": NUMBER,
-    "slo": {},
-    "interval": {"rate_x": INTERVAL_SHAPE, "requests_per_s": INTERVAL_SHAPE},
-    "per_replication_rate_x": [NUMBER],
-}
-# plan.json as the planner writes it (sim.plan.answer, sim.plan.capacity), and
-# plan_request.json
-PLAN_SHAPE = {
-    "slo": [TEXT],
-    "confidence": NUMBER,
-    "max_miss_probability": NUMBER,
-    "base_overrides": [TEXT],
-    "seed": COUNT,
-    "candidates": [CANDIDATE_SHAPE],
-    "solve": TEXT,
-    "replicas": COUNT,
-    "capacity": CAPACITY_SHAPE,
-}
-PLAN_REQUEST_SHAPE = {
-    "plan": {"slo": [TEXT], "grid": MAPPING, "day": MAPPING},
-    "base": [TEXT],
-    "version": TEXT,
-}
-
-
-def _shape_of(shape: Any) -> str:
-    if isinstance(shape, Kind):
-        return shape.what
-    return "a mapping" if isinstance(shape, dict) else "a list"
-
-
-def check_shape(value: object, shape: Any, name: str, folder: Path, key: str = "") -> None:
-    """A ConfigError on PATH naming the file ``name`` and the first key (``cost.usd_per_hour``,
-    ``candidates[0].replicas``) whose value does not have its ``shape`` (see above)."""
-    if isinstance(shape, Kind):
-        fits = shape.test(value)
-    elif isinstance(shape, dict):
-        fits = isinstance(value, dict)
-    else:
-        fits = isinstance(value, list)
-    if not fits:
-        shown = json.dumps(value, default=str)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        where = f"{key} is {shown}" if key else f"holds {shown}"
-        raise _refuse(folder, f"{name}: {where}, not {_shape_of(shape)}")
-    if isinstance(shape, dict):
-        assert isinstance(value, dict)
-        for sub, inner in shape.items():
-            if value.get(sub) is not None:
-                check_shape(value[sub], inner, name, folder, f"{key}.{sub}" if key else sub)
-    elif isinstance(shape, list):
-        assert isinstance(value, list)
-        for at, item in enumerate(value):
-            check_shape(item, shape[0], name, folder, f"{key}[{at}]")
 
 
 @dataclass
@@ -322,16 +134,16 @@ def read_run(folder: Path) -> RunInput:
     """The run in ``folder``; ConfigError when it has no summary (not finished), or when its
     summary or config is not of the shape the report reads (``SUMMARY_SHAPE``)."""
     if not (folder / SUMMARY_FILE).is_file():
-        raise _refuse(folder, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
+        raise refuse(folder, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
     summary = _read_json(folder / SUMMARY_FILE, folder)
     config = _read_yaml(folder / CONFIG_FILE, folder) if (folder / CONFIG_FILE).is_file() else {}
     recorded = folder / ".hydra" / "overrides.yaml"
     overrides = _read_yaml(recorded, folder) if recorded.is_file() else None
     if not isinstance(summary, dict) or not isinstance(config, dict):
-        raise _refuse(folder, f"{SUMMARY_FILE} and {CONFIG_FILE} must hold mappings")
+        raise refuse(folder, f"{SUMMARY_FILE} and {CONFIG_FILE} must hold mappings")
     missing = [key for key in SUMMARY_KEYS if key not in summary]
     if missing:
-        raise _refuse(
+        raise refuse(
             folder,
             f"{SUMMARY_FILE} has no {', '.join(missing)}: not a summary Fleetcast wrote",
         )
@@ -350,7 +162,7 @@ def require_served(run: RunInput) -> None:
     docstring: its report would have nothing to show)."""
     summary = run.summary
     if not summary["completed"]:
-        raise _refuse(
+        raise refuse(
             run.path,
             f"the run completed no request ({summary.get('num_requests', 0):,} measured: "
             f"{summary['rejected']:,} rejected, {summary['unfinished']:,} unfinished), so there "
@@ -412,7 +224,7 @@ def read_sweep(collected: Path) -> SweepInput:
         swept = json.loads(meta.get("fleetcast_swept_keys", "[]"))
     except (pa.ArrowException, OSError, ValueError) as err:
         reason = " ".join(str(err).split())
-        raise _refuse(collected, f"cannot read {RUNS_TABLE}: {reason}") from None
+        raise refuse(collected, f"cannot read {RUNS_TABLE}: {reason}") from None
     check_shape(swept, [TEXT], f"{RUNS_TABLE}'s metadata", collected, "fleetcast_swept_keys")
     sweep_dir = collected.parent if collected.name == COLLECTED_FOLDER else None
     overrides = None
@@ -533,7 +345,7 @@ def day_plan_of(folder: Path) -> Path | None:
 def read_plan(folder: Path) -> PlanInput:
     plan = _read_json(folder / PLAN_FILE, folder)
     if not isinstance(plan, dict):
-        raise _refuse(folder, f"{PLAN_FILE} must hold a JSON object")
+        raise refuse(folder, f"{PLAN_FILE} must hold a JSON object")
     check_shape(plan, PLAN_SHAPE, PLAN_FILE, folder)
     request = folder / PLAN_REQUEST_FILE
     day = None if request.is_file() else day_plan_of(folder)
@@ -589,9 +401,9 @@ def read_input(given: str | Path) -> ReportInput:
     """The folder ``given`` as the kind of input it is; ConfigError when it is none of them."""
     folder = Path(given).expanduser()
     if not folder.exists():
-        raise _refuse(given, "not found")
+        raise refuse(given, "not found")
     if not folder.is_dir():
-        raise _refuse(given, "is a file; give a run, sweep, plan or day-plan folder")
+        raise refuse(given, "is a file; give a run, sweep, plan or day-plan folder")
     if (folder / DAY_PLAN_FILE).is_file():
         return read_day_plan_folder(folder)
     if (folder / PLAN_FILE).is_file():
@@ -601,13 +413,13 @@ def read_input(given: str | Path) -> ReportInput:
         require_served(run)
         return run
     if (folder / CONFIG_FILE).is_file():
-        raise _refuse(given, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
+        raise refuse(given, f"no {SUMMARY_FILE}: not a finished run (it failed or is running)")
     for collected in (folder, folder / COLLECTED_FOLDER):
         if (collected / RUNS_TABLE).is_file():
             return read_sweep(collected)
     if (folder / MULTIRUN_FILE).is_file() or any(folder.glob(f"*/{SUMMARY_FILE}")):
-        raise _refuse(given, f"a sweep not collected yet: run fleetcast collect {given} first")
-    raise _refuse(
+        raise refuse(given, f"a sweep not collected yet: run fleetcast collect {given} first")
+    raise refuse(
         given,
         f"not a run, sweep, plan or day-plan folder (it holds no {SUMMARY_FILE}, "
         f"{COLLECTED_FOLDER}/{RUNS_TABLE}, {PLAN_FILE} or {DAY_PLAN_FILE})",
