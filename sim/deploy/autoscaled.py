@@ -20,7 +20,7 @@ from sim.config.compose import with_settings
 from sim.config.schema import RunConfig, validate_run
 from sim.deploy.engines import EngineSetup
 from sim.deploy.fixed import FixedFleet
-from sim.deploy.shape import Priced
+from sim.deploy.shape import FaultParts, Priced
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.admission import check_servable
@@ -70,6 +70,7 @@ class AutoscaledFleet(FixedFleet):
             )
             self.initial, self.initial_replicas = BASE_ENGINE, run.fleet.replicas
         self.log = ScalingLog()
+        self.autoscaler: Autoscaler | None = None  # (``connect``)
 
     @classmethod
     def applies(cls, run: RunConfig) -> bool:
@@ -100,12 +101,23 @@ class AutoscaledFleet(FixedFleet):
         return {**super().cluster_options(), "fast_forward_decode": fast_forward}
 
     def connect(self, cluster: Cluster, seed: int) -> None:
-        Autoscaler(
+        self.autoscaler = Autoscaler(
             cluster,
             self.run.autoscale,
             self.variants,
             self.variants[self.initial],
             self.log,
+        )
+
+    def fault_parts(self) -> FaultParts:
+        """Its replicas at time 0 of the initial engine configuration; one back from
+        maintenance is rebuilt with its own; the autoscaler replaces the lost ones."""
+        autoscaler = self.autoscaler
+        assert autoscaler is not None, "faults are connected after the autoscaler"
+        return FaultParts(
+            gpus=[self.variants[self.initial].gpus] * self.initial_replicas,
+            new_engines=lambda i: autoscaler.variant_of(i).make_engines(),
+            autoscaler=autoscaler,
         )
 
     def priced(self) -> Priced:

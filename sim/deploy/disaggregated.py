@@ -27,7 +27,7 @@ from sim.config.build import build
 from sim.config.compose import load_option
 from sim.config.schema import DisaggregatedPlacement, RunConfig
 from sim.deploy.engines import EngineSetup
-from sim.deploy.shape import FleetShape, Priced, ReplicaGroup, billed
+from sim.deploy.shape import FaultParts, FleetShape, Priced, ReplicaGroup, billed
 from sim.deploy.tiers import ON_DEMAND_MIX, tier_bill, tier_groups
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
@@ -112,6 +112,7 @@ class DisaggregatedFleet(FleetShape):
         # (priced now: a pool's mix that does not add up, or a tier without a price, is refused
         # before the run)
         self.pool_groups = self._price_pools()
+        self.transfers: Disaggregation | None = None  # (``connect``)
 
     def _price_pools(self) -> tuple[list[ReplicaGroup], ...]:
         """Each pool's groups: one at the pool GPU's price, or its replicas by price tier."""
@@ -190,7 +191,32 @@ class DisaggregatedFleet(FleetShape):
             "routes on a prefix cache, which a decode pool does not consult",
         )
         count, replicas = self.prefill.replicas, cluster.replicas
-        Disaggregation(cluster.env, replicas[:count], replicas[count:], router, self.cost)
+        self.transfers = Disaggregation(
+            cluster.env,
+            replicas[:count],
+            replicas[count:],
+            router,
+            self.cost,
+            end_request=cluster.end_request,
+        )
+
+    def fault_parts(self) -> FaultParts:
+        """Each pool's replicas at their pool's GPUs, back with their pool's engines; the
+        transfers between the pools follow a loss (``Disaggregation.lost``)."""
+        prefill_setup, decode_setup = self.setups
+        count = self.prefill.replicas
+
+        def new_engines(replica_id: int) -> list[Engine]:
+            if replica_id < count:
+                return [Engine(0, self.prefill_scheduler(), prefill_setup.step_times[0])]
+            return [decode_setup.engine(0)]
+
+        return FaultParts(
+            gpus=[pool.deployment.num_gpus for pool in self.pools for _ in range(pool.replicas)],
+            new_engines=new_engines,
+            transfers=self.transfers,
+            pools=self.replica_pools(),
+        )
 
     def replica_groups(self) -> list[ReplicaGroup]:
         """Both pools' groups of replicas billed alike, the prefill pool's first."""

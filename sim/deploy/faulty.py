@@ -6,18 +6,23 @@ Not one more shape but a wrapper around the shape the registry picked (``sim.dep
 - ``cluster_options``: replicas step one by one (a replica going down mid decode stretch would
   leave the stretch's ended steps unapplied);
 - ``connect``: the inner shape's, then the faults' processes (``sim.fleet.faults``), which
-  take replicas down and bring them back through the cluster's own methods;
+  take replicas down and bring them back through the cluster's own methods, and through
+  what the inner shape adds (``FleetShape.fault_parts``: an autoscaler replaces a lost
+  replica, a disaggregated fleet's transfers are called off with it);
 - ``requests_columns``: ``retries``, ``retry_lost_s``, ``fail_reason``;
 - ``priced``: the inner shape's bill, whole: a replica that is down is still paid for, as
   reserved and on-demand capacity is (a spot replica's bill after its loss too: the
   replacement is assumed bought at once, even when ``replace_s`` is null);
-- ``add_to_summary``: the ``faults`` block, and top-level ``failed`` and ``failed_by_reason``;
+- ``add_to_summary``: the ``faults`` block (with ``by_pool`` for a disaggregated fleet), and
+  top-level ``failed`` and ``failed_by_reason``;
 - ``tables``: ``faults.parquet``.
 
-What it does not model yet, refused with the key that asks: an autoscaled or disaggregated
-fleet, a frontend (tokens streamed after their step: a lost replica's stream would need
-unwinding), a prefix cache and speculative decoding (their counters are per engine, and a
-replica comes back with fresh engines).
+What it does not model yet, refused with the key that asks: a frontend (tokens streamed
+after their step: a lost replica's stream would need unwinding), a prefix cache and
+speculative decoding (their counters are per engine, and a replica comes back with fresh
+engines). On an autoscaled fleet a lost replica is replaced by the autoscaler, after its
+provisioning delay: a repair or replacement time of the faults' own (``schedule[].repair_s``,
+``spot[].replace_s``) is refused there.
 """
 
 from __future__ import annotations
@@ -44,8 +49,6 @@ from sim.workload.source import Workload
 
 # what faults are not modelled with yet: (the key, whether the run sets it, why)
 _NOT_WITH = (
-    ("autoscale.policy", lambda run: run.autoscale.enabled, "an autoscaled fleet"),
-    ("placement", lambda run: run.placement.mode == "disaggregated", "a disaggregated fleet"),
     ("frontend.token_s", lambda run: run.frontend.token_s > 0, "a frontend"),
     ("kv.prefix_caching", lambda run: run.kv.prefix_caching, "a prefix cache"),
     ("spec_decode.num_draft_tokens", lambda run: run.spec_decode.enabled, "speculative decoding"),
@@ -67,20 +70,26 @@ class FaultyFleet(FleetShape):
                     f"faults are not modelled with {what} yet: turn one of them off",
                 )
         faults = run.faults
-        replicas = run.fleet.replicas
+        pools = inner.replica_pools()
+        replicas = run.fleet.replicas if pools is None else len(pools)
         groups: tuple[tuple[str, Sequence[ScheduledFailure | Maintenance | SpotReclaim]], ...] = (
             ("schedule", faults.schedule),
             ("maintenance", faults.maintenance),
             ("spot", faults.spot),
         )
+        autoscaled = run.autoscale.enabled
         for group, entries in groups:
             for i, entry in enumerate(entries):
+                # (an autoscaled fleet's ids grow as it adds replicas: an event naming one not
+                # in the fleet at its time is none, sim.fleet.faults)
                 require(
-                    entry.replica < replicas,
+                    autoscaled or entry.replica < replicas,
                     f"faults.{group}[{i}].replica",
                     entry.replica,
                     f"is not a replica of this fleet (ids 0 to {replicas - 1})",
                 )
+        if autoscaled:
+            _refuse_own_replacements(faults.schedule, faults.spot)
         self.inner = inner
         self.placement = inner.placement
         self.engines = inner.engines
@@ -115,17 +124,18 @@ class FaultyFleet(FleetShape):
 
     def connect(self, cluster: Cluster, seed: int) -> None:
         self.inner.connect(cluster, seed)
-        placement = self.placement
-        gpus = [
-            max(placement.deployments[m].num_gpus for m in models)
-            for models in placement.replica_models
-        ]
-        FleetFaults(cluster, self.run.faults, gpus, seed, self._new_engines, self.log)
-
-    def _new_engines(self, replica_id: int) -> list[Engine]:
-        """Fresh engines for a replica that comes back (as ``FixedFleet.replica_engines``)."""
-        engine = self.engines.engine
-        return [engine(m) for m in self.placement.replica_models[replica_id]]
+        parts = self.inner.fault_parts()
+        FleetFaults(
+            cluster,
+            self.run.faults,
+            parts.gpus,
+            seed,
+            parts.new_engines,
+            self.log,
+            autoscaler=parts.autoscaler,
+            transfers=parts.transfers,
+            pools=parts.pools,
+        )
 
     def priced(self) -> Priced:
         return self.inner.priced()  # (down replicas billed: module docstring)
@@ -146,6 +156,27 @@ class FaultyFleet(FleetShape):
 
     def tables(self) -> dict[str, pa.Table]:
         return {**self.inner.tables(), FAULTS_FILE: self.log.table()}
+
+
+def _refuse_own_replacements(
+    schedule: Sequence[ScheduledFailure], spot: Sequence[SpotReclaim]
+) -> None:
+    """On an autoscaled fleet the autoscaler replaces a lost replica: a repair or replacement
+    time of the faults' own would bring back a replica it has replaced already."""
+    for i, failure in enumerate(schedule):
+        require(
+            failure.repair_s is None,
+            f"faults.schedule[{i}].repair_s",
+            failure.repair_s,
+            "the autoscaler replaces a failed replica after autoscale.provision_s: leave it out",
+        )
+    for i, reclaim in enumerate(spot):
+        require(
+            reclaim.replace_s is None,
+            f"faults.spot[{i}].replace_s",
+            reclaim.replace_s,
+            "the autoscaler replaces a reclaimed replica after autoscale.provision_s: leave it out",
+        )
 
 
 def _value(cfg: dict[str, Any], key: str) -> object:

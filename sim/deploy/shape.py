@@ -15,6 +15,10 @@ does not model comes here, before anything runs), then asked, in this order:
    like replicas at its own price (``ReplicaGroup``);
 7. ``add_to_summary`` and ``tables``: its blocks of ``summary.json`` and its own files.
 
+With faults on (``sim.deploy.faulty``), after ``connect``: ``fault_parts``, how its replicas
+take faults (their GPUs, their fresh engines when one comes back, and the parts of the fleet
+that follow a loss: an autoscaler, transfers between pools).
+
 Every step has the plain fleet's answer here but ``check_servable``, ``replica_engines`` and
 ``priced``, which each shape says.
 """
@@ -35,7 +39,9 @@ from sim.config.autoscale import AutoscaleConfig
 from sim.config.schema import RunConfig
 from sim.deploy.engines import EngineSetup
 from sim.engine.scheduler.base import Scheduler
+from sim.fleet.autoscaler import Autoscaler
 from sim.fleet.cluster import Cluster
+from sim.fleet.disaggregation import Disaggregation
 from sim.fleet.replica import Engine
 from sim.output.results import requests_schema
 from sim.output.scaling import ScalingLog
@@ -85,6 +91,21 @@ class Priced:
     scaling: tuple[ScalingLog, AutoscaleConfig] | None = None
     per_tier: dict[str, dict[str, float | int]] | None = None
     tiers_source: str | None = None
+
+
+@dataclass(frozen=True)
+class FaultParts:
+    """How a fleet's replicas take faults (``sim.fleet.faults.FleetFaults``'s arguments):
+    ``gpus[i]``, replica ``i``'s GPUs at time 0 (its failure rate's multiple);
+    ``new_engines(i)``, fresh engines for replica ``i`` when it comes back; the fleet's
+    ``autoscaler`` (it replaces lost replicas and adds its own) or ``transfers`` between
+    pools, and each replica's pool (``pools``), where the shape has them."""
+
+    gpus: list[int]
+    new_engines: Callable[[int], list[Engine]]
+    autoscaler: Autoscaler | None = None
+    transfers: Disaggregation | None = None
+    pools: list[str] | None = None
 
 
 class FleetShape(ABC):
@@ -146,6 +167,18 @@ class FleetShape(ABC):
     def connect(self, cluster: Cluster, seed: int) -> None:
         """Attach what drives the fleet besides its router to ``cluster`` before it runs."""
         return None  # (a fixed fleet: nothing but its router)
+
+    def fault_parts(self) -> FaultParts:
+        """How this fleet's replicas take faults (after ``connect``): the placed fleet's, each
+        replica's GPUs (its largest model's) and engines as at time 0."""
+        placement, engine = self.placement, self.engines.engine
+        return FaultParts(
+            gpus=[
+                max(placement.deployments[m].num_gpus for m in models)
+                for models in placement.replica_models
+            ],
+            new_engines=lambda i: [engine(m) for m in placement.replica_models[i]],
+        )
 
     def add_to_summary(
         self,

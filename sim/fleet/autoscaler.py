@@ -31,6 +31,12 @@ Who decides (``autoscale.policy``):
   ``provision_s`` ahead so the new replicas are ready on time; a switch of engine configuration
   (``autoscale.engines``) runs both fleets until the new one is ready, then drains the old.
 
+A replica lost to a fault (a failure, a spot reclaim: ``sim.fleet.faults``, through ``lost``)
+leaves the fleet and its bill at once (event ``failed``), with what it held; a serving one is
+replaced as a scale-up is, asked for now and ready ``provision_s`` on (one the autoscaler was
+draining is not: it was leaving). A metric policy reads no metric while no replica serves (all
+out at once): it asks for nothing then, the replacements under way aside.
+
 Every change is a row of the ``ScalingLog`` (``sim.output.scaling``).
 """
 
@@ -73,6 +79,7 @@ class _Provisioning:
     variant: Variant
     ready: simpy.Event
     cancelled: bool = False
+    replaces: int | None = None  # the lost replica it replaces (``Autoscaler.lost``), if any
 
 
 @dataclass
@@ -91,6 +98,7 @@ class FleetOwner(Protocol):
     """What the autoscaler asks of the cluster (``sim.fleet.cluster.Cluster``)."""
 
     env: simpy.Environment
+    replicas: list[Replica]
 
     @property
     def serving(self) -> list[Replica]: ...
@@ -121,6 +129,9 @@ class Autoscaler:
         self._pending: list[_Provisioning] = []
         self._recommended: deque[tuple[float, int]] = deque()
         self._base = initial  # what a metric policy adds
+        self._leaving: set[int] = set()  # the replicas it is draining
+        # who hears of each change (``watch``): (event, replica id, the lost one it replaces)
+        self._watchers: list[Callable[[str, int | None, int | None], None]] = []
         for replica in cluster.serving:
             self._bill(replica.replica_id, initial, +1)
             self._fleet.ready += 1
@@ -130,6 +141,39 @@ class Autoscaler:
             self.env.process(self._follow(config.schedule))
         else:
             self.env.process(self._watch())
+
+    def watch(self, watcher: Callable[[str, int | None, int | None], None]) -> None:
+        """Tell ``watcher(event, replica_id, replaces)`` of each replica that becomes ready,
+        begins to drain, is released, or whose replacement is cancelled (``replaces``: the
+        lost replica a replacement stands for, else None): the faults follow the fleet
+        (``sim.fleet.faults``)."""
+        self._watchers.append(watcher)
+
+    def _tell(self, event: str, replica_id: int | None, replaces: int | None = None) -> None:
+        for watcher in self._watchers:
+            watcher(event, replica_id, replaces)
+
+    def variant_of(self, replica_id: int) -> Variant:
+        """The engine configuration replica ``replica_id`` was built with."""
+        return self._fleet.variant_of[replica_id]
+
+    def lost(self, replica: Replica) -> bool:
+        """``replica`` is lost (a failure, a spot reclaim: the faults took it down, with what
+        it held): out of the fleet and its bill now; replaced (True) unless it was being
+        drained (False)."""
+        fleet = self._fleet
+        replica_id = replica.replica_id
+        variant = fleet.variant_of[replica_id]
+        self._bill(None, variant, -1)
+        if replica_id in self._leaving:
+            self._leaving.remove(replica_id)
+            fleet.draining -= 1
+            self._record("failed", replica)
+            return False
+        fleet.ready -= 1
+        self._record("failed", replica)
+        self._ask(variant, 1, replaces=replica_id)
+        return True
 
     # -- the fleet's changes ---------------------------------------------------------------
 
@@ -154,11 +198,13 @@ class Autoscaler:
             usd_per_hour=round(fleet.usd_per_hour, 9) if fleet.gpus else 0.0,
         )
 
-    def _ask(self, variant: Variant, count: int) -> list[_Provisioning]:
+    def _ask(
+        self, variant: Variant, count: int, replaces: int | None = None
+    ) -> list[_Provisioning]:
         """Ask for ``count`` replicas of ``variant``: billed now, ready ``provision_s`` on."""
         asked = []
         for _ in range(count):
-            provisioning = _Provisioning(variant, self.env.event())
+            provisioning = _Provisioning(variant, self.env.event(), replaces=replaces)
             self._pending.append(provisioning)
             self._bill(None, variant, +1)
             self._fleet.provisioning += 1
@@ -177,6 +223,7 @@ class Autoscaler:
         self._fleet.provisioning -= 1
         self._fleet.ready += 1
         self._record("ready", replica)
+        self._tell("ready", replica.replica_id, provisioning.replaces)
         provisioning.ready.succeed(replica)
 
     def _cancel(self, provisioning: _Provisioning) -> None:
@@ -185,17 +232,23 @@ class Autoscaler:
         self._bill(None, provisioning.variant, -1)
         self._fleet.provisioning -= 1
         self._record("cancelled")
+        if provisioning.replaces is not None:
+            self._tell("cancelled", None, provisioning.replaces)
 
     def _drain(self, replica: Replica) -> None:
         self._fleet.ready -= 1
         self._fleet.draining += 1
+        self._leaving.add(replica.replica_id)
         self._record("drain", replica)
+        self._tell("drain", replica.replica_id)
         self.cluster.drain(replica, self._released)
 
     def _released(self, replica: Replica) -> None:
         self._fleet.draining -= 1
+        self._leaving.discard(replica.replica_id)
         self._bill(None, self._fleet.variant_of[replica.replica_id], -1)
         self._record("released", replica)
+        self._tell("released", replica.replica_id)
 
     def _remove(self, count: int, variant: Variant | None = None) -> None:
         """Take ``count`` replicas away: cancel the newest being provisioned first, then drain
@@ -220,13 +273,16 @@ class Autoscaler:
     def _watch(self) -> Generator[simpy.Event, Any, None]:
         """The metric policy, every ``interval_s`` until the run's last request has ended."""
         config = self.config
-        seen = self._integrals(self.cluster.serving)
+        # (every replica's, not only the serving ones': one out for maintenance, back by the
+        # next look, counts its change over the interval, not its whole life)
+        seen = self._integrals(self.cluster.replicas)
         while not self.cluster.finished():
             yield timeout_at(self.env, self.env.now + config.interval_s)
             serving = self.cluster.serving
-            metric = self._metric(serving, seen)
-            seen = self._integrals(serving)
-            self._decide(len(serving), metric)
+            if serving:  # (none: all out at once to faults, no metric to read)
+                metric = self._metric(serving, seen)
+                self._decide(len(serving), metric)
+            seen = self._integrals(self.cluster.replicas)
 
     def _integrals(self, serving: list[Replica]) -> dict[int, float]:
         """What the metric is a change of, now: busy seconds or request-seconds."""

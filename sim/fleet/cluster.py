@@ -85,6 +85,9 @@ class Cluster:
         for replica in self.replicas[:routed_replicas]:
             for engine in replica.engines:
                 self._hosts.setdefault(engine.model_id, []).append(replica)
+        # the replicas the router never feeds (a decode pool's): one back from a fault stays so
+        routed = len(self.replicas) if routed_replicas is None else routed_replicas
+        self._unrouted = {r.replica_id for r in self.replicas[routed:]}
         for replica in self.replicas:
             replica.start()
         self.horizon_s = horizon_s
@@ -190,7 +193,10 @@ class Cluster:
         self._draining.pop(replica.replica_id, None)
 
     def resume_routing(self, replica: Replica) -> None:
-        """Send ``replica`` requests again (it came back), in replica order as at the start."""
+        """Send ``replica`` requests again (it came back), in replica order as at the start
+        (unless the router never fed it: a decode pool's)."""
+        if replica.replica_id in self._unrouted:
+            return
         for engine in replica.engines:
             hosts = self._hosts.setdefault(engine.model_id, [])
             hosts.append(replica)

@@ -32,6 +32,13 @@ Back-pressure is modelled, not assumed away: a full decode pool keeps transfers 
 KV keeps prefill blocks held, and a prefill replica whose pool is held by waiting transfers
 admits nothing until one ends. No request is lost: each ends exactly once, where it completes.
 
+With faults (``sim.fleet.faults``) a replica of either pool may go down: the transfers one of
+whose ends it is are called off (``lost``: the room kept on the decode replica, or its place in
+the queue there, and the KV held on the prefill replica, released; the link time booked
+freed), and their requests leave with it, to be sent again from the prefill pool or failed. A
+decode replica that is down is chosen for nothing (``down``, ``back``); with none up, a
+prefilled request fails at its hand-off (``sim.fleet.cluster.NO_REPLICA``).
+
 The pools are built from the config in ``sim.deploy.disaggregated``.
 
 Left out: the prefill replica computing for a decode replica chosen before its prefill (layer
@@ -42,11 +49,13 @@ request between decode replicas once it is there.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import simpy
 
-from sim.engine.request import Request
+from sim.engine.request import FAILED, Request
+from sim.fleet.cluster import NO_REPLICA
 from sim.fleet.replica import Replica
 from sim.fleet.router import Router
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
@@ -75,6 +84,20 @@ class TransferCost:
         return self.latency_s + whole_s
 
 
+@dataclass(eq=False)
+class _Transfer:
+    """One request's way from its prefill replica to its decode replica, until its KV arrives:
+    queued for room (``keeper`` None), then booked (``keeper`` holds the room, ``booked`` its
+    links' interval); ``called_off`` once one of its ends went down."""
+
+    request: Request
+    prefill: Replica
+    decode: Replica
+    keeper: Request | None = None
+    booked: tuple[float, float] | None = None
+    called_off: bool = False
+
+
 class Disaggregation:
     """Moves prefilled requests from the prefill pool's replicas to the decode pool's."""
 
@@ -85,8 +108,12 @@ class Disaggregation:
         decode: list[Replica],
         decode_router: Router,
         cost: TransferCost,
+        end_request: Callable[[Request, int], None] | None = None,
     ) -> None:
+        """``end_request(request, caller_priority)``: how a request that finds no decode
+        replica up ends (only faults take them all down)."""
         self.env = env
+        self.end_request = end_request
         self.decode = decode
         self.decode_router = decode_router
         self.cost = cost
@@ -105,6 +132,8 @@ class Disaggregation:
         # room checks each decode replica has made, and each queued request's first one
         self._checks: dict[int, int] = dict.fromkeys(self._queues, 0)
         self._first_check: dict[Request, int] = {}
+        # the transfers not yet arrived, by request (what a replica that goes down calls off)
+        self._transfers: dict[Request, _Transfer] = {}
 
     def _handoff(self, request: Request, prefill: Replica) -> None:
         """``prefill`` sampled ``request``'s first token: pick its decode replica, queue it,
@@ -114,8 +143,16 @@ class Disaggregation:
         stretches: a stretch's KV growth up to the step in progress counts, and a stretch
         whose pool a kept room changed ends with that step (as an arrival ends it)."""
         request.prefill_replica_id = prefill.replica_id
+        if not self.decode:  # (faults took every decode replica down)
+            prefill.engines[0].scheduler.kv.free(request)
+            request.status = FAILED
+            request.fail_reason = NO_REPLICA
+            assert self.end_request is not None, "no decode replica is down without faults"
+            self.end_request(request, prefill.priority)
+            return
         decode = self.decode[self.decode_router.choose(request, self.decode)]
         decode.expect(request)
+        self._transfers[request] = _Transfer(request, prefill, decode)
         self._queues[decode.replica_id].append(request)
         self._first_check[request] = self._checks[decode.replica_id] + 1
         decode.transfer_queued()
@@ -142,13 +179,14 @@ class Disaggregation:
             decode.transfer_started()
             # room found at the first look after the handoff: it did not wait for room
             found_at_once = self._first_check.pop(request) == self._checks[decode.replica_id]
-            self._transfer(request, decode, keeper, found_at_once)
+            transfer = self._transfers[request]
+            transfer.keeper = keeper
+            self._transfer(transfer, found_at_once)
             started += 1
         return started
 
-    def _transfer(
-        self, request: Request, decode: Replica, keeper: Request, found_at_once: bool
-    ) -> None:
+    def _transfer(self, transfer: _Transfer, found_at_once: bool) -> None:
+        request, decode = transfer.request, transfer.decode
         now = self.env.now
         assert request.prefill_replica_id is not None and request.first_token_time_s is not None
         link_ids = (request.prefill_replica_id, decode.replica_id)
@@ -172,14 +210,18 @@ class Disaggregation:
         for busy in ends:
             busy.append((start, end))
             busy.sort()
+        transfer.booked = (start, end)
         if decode.horizon_s is None or start < decode.horizon_s:  # (never seen past it)
             request.transfer_start_s = start
-        timeout_at(self.env, end).callbacks.append(
-            lambda _event: self._arrived(request, decode, keeper)
-        )
+        timeout_at(self.env, end).callbacks.append(lambda _event: self._arrived(transfer))
 
-    def _arrived(self, request: Request, decode: Replica, keeper: Request) -> None:
-        """The KV is on ``decode``: free the prefill side, hand the kept blocks over."""
+    def _arrived(self, transfer: _Transfer) -> None:
+        """The KV is on its decode replica: free the prefill side, hand the kept blocks over."""
+        if transfer.called_off:
+            return
+        request, decode, keeper = transfer.request, transfer.decode, transfer.keeper
+        assert keeper is not None
+        del self._transfers[request]
         request.transfer_end_s = self.env.now
         assert request.prefill_replica_id is not None
         prefill = self._by_id[request.prefill_replica_id]
@@ -193,6 +235,67 @@ class Disaggregation:
         # (more transfers to it start at the end of its next step: ``Replica.on_room``)
         decode.receive(request, ARRIVAL_PRIORITY)
         prefill.wake()
+
+    # -- a replica that goes down (``sim.fleet.faults``) -----------------------------------
+
+    def lost(self, replica: Replica) -> list[Request]:
+        """``replica`` goes down: call off the transfers one of whose ends it is, and return
+        their requests (they leave with it). Called before it stops (it still counts them).
+
+        The other end gives back what it held for each: a decode replica its kept room (seat
+        and blocks) or the request's place in its queue, and the request's count; a prefill
+        replica the request's KV blocks (and it plans again, maybe stalled on them). Its
+        bookings on the links are freed."""
+        gone = [t for t in self._transfers.values() if t.prefill is replica or t.decode is replica]
+        for transfer in gone:
+            self._call_off(transfer, replica)
+        for decode in {t.decode for t in gone if t.decode is not replica}:
+            self._start_transfers(decode)  # (room given back: those waiting may go)
+        if replica in self.decode:
+            self.down(replica)
+        return [t.request for t in gone]
+
+    def _call_off(self, transfer: _Transfer, going: Replica) -> None:
+        """Call ``transfer`` off: its end other than ``going`` (whose engines go with it)
+        gives back what it held for it."""
+        transfer.called_off = True
+        request, prefill, decode = transfer.request, transfer.prefill, transfer.decode
+        del self._transfers[request]
+        self._first_check.pop(request, None)
+        if transfer.booked is not None:
+            for link_id in (prefill.replica_id, decode.replica_id):
+                busy = self._link_busy[link_id]
+                if transfer.booked in busy:
+                    busy.remove(transfer.booked)
+        if decode is not going:
+            if transfer.keeper is None:  # still queued for room
+                self._queues[decode.replica_id].remove(request)
+                decode.transfer_started()  # (it waits no more)
+            else:
+                scheduler = decode.engines[0].scheduler
+                before = scheduler.kv.num_used_blocks
+                scheduler.kv.free(transfer.keeper)
+                scheduler.seats_kept -= 1
+                decode.kv_changed_outside(scheduler.kv.num_used_blocks - before)
+            decode.withdraw(request)
+        if prefill is not going:
+            prefill.engines[0].scheduler.kv.free(request)
+            prefill.wake()
+
+    def down(self, decode: Replica) -> None:
+        """Decode replica ``decode`` is down: the decode router chooses among the others."""
+        self.decode.remove(decode)
+        self._queues[decode.replica_id].clear()
+        decode.transfers_waiting = 0
+
+    def back(self, replica: Replica) -> None:
+        """``replica`` is back with fresh engines: a decode replica takes transfers again (in
+        replica order, as at the start)."""
+        if replica.on_room is None:
+            return  # a prefill replica: its scheduler was built handing off
+        replica.engines[0].scheduler.join_decode_pool()
+        self.decode.append(replica)
+        self.decode.sort(key=lambda r: r.replica_id)
 
 
 def _first_gap(now: float, duration: float, links: tuple[list[tuple[float, float]], ...]) -> float:

@@ -29,8 +29,21 @@ What takes a replica down (``faults``, ``sim.config.faults``):
 
 A replica that comes back has fresh engines (``new_engines``): empty queues and an empty KV
 cache, as a repaired or replaced node starts. Every change is written to the ``FaultLog``
-(``sim.output.faults``). Only a fixed fleet's replicas go (``sim.deploy.faulty`` refuses the
-rest).
+(``sim.output.faults``).
+
+Two fleet shapes take faults their own way (``sim.deploy.faulty`` connects them):
+
+- an autoscaled one (``autoscaler``): a replica lost to a failure or a spot reclaim is not
+  repaired but leaves the autoscaler's fleet, which replaces it after its provisioning delay
+  (``Autoscaler.lost``); a maintenance drain keeps the replica, which comes back. The replicas
+  the autoscaler adds fail too: each one's failures start when it is ready, from streams named
+  by its id, and end when it is released (``_fleet_changed``). An event that names a replica
+  not in the fleet at its time (not yet added, released, lost) is none; maintenance and spot
+  notices skip a replica the autoscaler is draining (it leaves anyway);
+- a disaggregated one (``transfers``): a replica of either pool leaves with the transfers one
+  of whose ends it is (``Disaggregation.lost``) besides its own requests: all are sent again
+  from the prefill pool (prefill from scratch) or failed; a decode replica down takes no
+  transfer until it is back.
 """
 
 from __future__ import annotations
@@ -45,12 +58,15 @@ import simpy
 from sim import rng
 from sim.config.faults import FaultsConfig
 from sim.engine.request import FAILED, RUNNING, WAITING, Request
+from sim.fleet.autoscaler import Autoscaler
+from sim.fleet.disaggregation import Disaggregation
 from sim.fleet.replica import Engine, Replica
 from sim.fleet.simclock import ARRIVAL_PRIORITY, timeout_at
 from sim.output.faults import FAILURE, MAINTENANCE, SPOT, FaultEvent, FaultLog
 from sim.output.request_log import RequestLog
 
 UP, DRAINING, DOWN = "up", "draining", "down"
+GONE = "gone"  # out of an autoscaled fleet (released, or lost): no event takes it again
 # each cause's ``fail_reason`` for the requests it fails
 FAIL_REASONS = {FAILURE: "replica_failure", SPOT: "spot_reclaim", MAINTENANCE: "maintenance"}
 HOUR_S = 3600.0
@@ -87,26 +103,33 @@ class FleetFaults:
         seed: int,
         new_engines: Callable[[int], list[Engine]],
         log: FaultLog,
+        *,
+        autoscaler: Autoscaler | None = None,
+        transfers: Disaggregation | None = None,
+        pools: list[str] | None = None,
     ) -> None:
         """``gpus[i]``: replica ``i``'s GPUs (its failure rate's multiple); ``new_engines(i)``:
-        fresh engines for replica ``i`` when it comes back."""
+        fresh engines for replica ``i`` when it comes back. ``autoscaler``: the fleet's, which
+        replaces lost replicas and adds its own; ``transfers``: a disaggregated fleet's, and
+        ``pools`` each replica's pool (module docstring)."""
         self.cluster = cluster
         self.env = cluster.env
         self.config = config
         self.new_engines = new_engines
         self.log = log
         self.retry = config.on_failure == "retry"
+        self.seed = seed
+        self.autoscaler = autoscaler
+        self.transfers = transfers
         num = len(gpus)
         self._state = [UP] * num
         # the event the replica's current absence (draining or down) belongs to, if any
         self._outage: list[FaultEvent | None] = [None] * num
-        log.start(num)
+        self._leaving: set[int] = set()  # the replicas the autoscaler is draining
+        log.start(num, pools)
         env = self.env
-        if config.random_failures:
-            assert config.gpu_mtbf_h
-            for replica_id, count in enumerate(gpus):
-                mean_up_s = config.gpu_mtbf_h * HOUR_S / count
-                env.process(self._random_failures(replica_id, mean_up_s, seed))
+        for replica_id, count in enumerate(gpus):
+            self._fail_at_random(replica_id, count)
         for entry in config.schedule:
             at = timeout_at(env, entry.at_s)
             at.callbacks.append(partial(self._scheduled_failure, entry.replica, entry.repair_s))
@@ -120,25 +143,71 @@ class FleetFaults:
             at.callbacks.append(
                 partial(self._notice, reclaim.replica, reclaim.notice_s, reclaim.replace_s)
             )
+        if autoscaler is not None:
+            autoscaler.watch(self._fleet_changed)
 
     def state(self, replica_id: int) -> str:
-        """``up``, ``draining`` or ``down``."""
+        """``up``, ``draining``, ``down`` or ``gone``."""
         return self._state[replica_id]
 
+    def _in_fleet(self, replica_id: int) -> bool:
+        """Whether replica ``replica_id`` is in the fleet now (an autoscaler adds and removes)."""
+        return replica_id < len(self._state) and self._state[replica_id] != GONE
+
+    def _fleet_changed(self, event: str, replica_id: int | None, replaces: int | None) -> None:
+        """The autoscaler changed the fleet (``Autoscaler.watch``): a replica is ready (it
+        fails from now on), drains (it leaves anyway: no notice takes it), is released (it
+        fails no more), or a lost one's replacement is ready or called off (the lost one is
+        planned no more: ``FaultLog.gone``)."""
+        now = self.env.now
+        if replaces is not None:
+            self.log.closed(replaces, now if event == "ready" else None)
+            self.log.gone(replaces, now)
+        if event == "ready":
+            assert replica_id == len(self._state), "replicas are added in id order"
+            assert self.autoscaler is not None
+            self._state.append(UP)
+            self._outage.append(None)
+            self.log.add_replica(now)
+            self._fail_at_random(replica_id, self.autoscaler.variant_of(replica_id).gpus)
+        elif event == "drain":
+            assert replica_id is not None
+            self._leaving.add(replica_id)
+        elif event == "released":
+            assert replica_id is not None
+            self._leaving.discard(replica_id)
+            self._state[replica_id] = GONE
+            self.log.gone(replica_id, now)
+
+    def _lost_for_good(self, kind: str) -> bool:
+        """Whether a replica that goes for ``kind`` leaves the fleet (an autoscaled fleet's
+        failures and reclaims: the autoscaler replaces it) rather than coming back."""
+        return self.autoscaler is not None and kind != MAINTENANCE
+
     # -- what takes replicas down ----------------------------------------------------------
+
+    def _fail_at_random(self, replica_id: int, gpus: int) -> None:
+        """Start replica ``replica_id``'s random failures, if faults have a rate."""
+        if self.config.random_failures:
+            assert self.config.gpu_mtbf_h
+            mean_up_s = self.config.gpu_mtbf_h * HOUR_S / gpus
+            self.env.process(self._random_failures(replica_id, mean_up_s, self.seed))
 
     def _random_failures(
         self, replica_id: int, mean_up_s: float, seed: int
     ) -> Generator[simpy.Event, Any, None]:
-        """Replica ``replica_id``'s failures and repairs, until the run's last request ended."""
+        """Replica ``replica_id``'s failures and repairs, until the run's last request ended
+        (or it left the fleet)."""
         env = self.env
         uptime = rng.stream(seed, f"faults.uptime.{replica_id}")
         repair = rng.stream(seed, f"faults.repair.{replica_id}")
         while not self.cluster.finished():
             yield timeout_at(env, env.now + float(uptime.exponential(mean_up_s)))
-            if self.cluster.finished():
+            if self.cluster.finished() or not self._in_fleet(replica_id):
                 return
             event = self._fail(replica_id, FAILURE)
+            if not self._in_fleet(replica_id):
+                return  # lost: the autoscaler replaces it
             repair_s = self._repair_s(repair)
             if event is None:  # down already (a drain, a reclaim): no failure to repair
                 continue
@@ -152,6 +221,8 @@ class FleetFaults:
         return float(draws.exponential(mean_s))
 
     def _scheduled_failure(self, replica_id: int, repair_s: float | None, _e: Any) -> None:
+        if not self._in_fleet(replica_id):
+            return
         event = self._fail(replica_id, FAILURE)
         if event is not None and repair_s is not None:
             self._back_at(replica_id, event, self.env.now + repair_s)
@@ -160,6 +231,8 @@ class FleetFaults:
         self, replica_id: int, duration_s: float, deadline_s: float | None, _e: Any
     ) -> None:
         """A maintenance drain begins: it leaves once empty, or at the deadline."""
+        if not self._in_fleet(replica_id) or replica_id in self._leaving:
+            return  # (not in the fleet, or leaving it: nothing to maintain)
         if self._state[replica_id] != UP:
             return  # (out already: the work is done while it is)
         event = self._drain(replica_id, MAINTENANCE)
@@ -180,6 +253,8 @@ class FleetFaults:
 
     def _notice(self, replica_id: int, notice_s: float, replace_s: float | None, _e: Any) -> None:
         """A spot reclaim notice: no new requests now, lost at the notice's end."""
+        if not self._in_fleet(replica_id) or replica_id in self._leaving:
+            return  # (not in the fleet, or leaving it: nothing to reclaim)
         if self._state[replica_id] != UP:
             return
         event = self._drain(replica_id, SPOT)
@@ -188,7 +263,7 @@ class FleetFaults:
         def reclaim(_e: Any) -> None:
             if self._outage[replica_id] is event and self._state[replica_id] == DRAINING:
                 self._take_down(replica_id, event, retry=self.retry)
-                if replace_s is not None:
+                if replace_s is not None and self._in_fleet(replica_id):
                     self._back_at(replica_id, event, self.env.now + replace_s)
 
         timeout_at(self.env, self.env.now + notice_s).callbacks.append(reclaim)
@@ -223,12 +298,23 @@ class FleetFaults:
             for r in cluster.request_log.unwritten
             if r.replica_id == replica_id and (r.status == WAITING or r.status == RUNNING)
         ]
+        if self.transfers is not None:  # (before it stops: it still counts them)
+            held += self.transfers.lost(replica)
         cluster.stop_routing(replica)
         replica.stop()
         cluster.flush_steps(replica)  # (its steps so far: the engines are replaced)
-        replica.engines = self.new_engines(replica_id)
-        self._state[replica_id] = DOWN
         self.log.down(replica_id, now)
+        if self._lost_for_good(event.kind):
+            assert self.autoscaler is not None
+            self._state[replica_id] = GONE
+            self._outage[replica_id] = None
+            self._leaving.discard(replica_id)
+            if not self.autoscaler.lost(replica):  # (replaced: ``_fleet_changed`` hears it)
+                self.log.closed(replica_id, None)  # (it was leaving the fleet anyway)
+                self.log.gone(replica_id, now)
+        else:
+            replica.engines = self.new_engines(replica_id)
+            self._state[replica_id] = DOWN
         reason = FAIL_REASONS[event.kind]
         for request in held:
             if retry:
@@ -251,6 +337,8 @@ class FleetFaults:
         replica = self.cluster.replicas[replica_id]
         replica.restart()
         self.cluster.resume_routing(replica)
+        if self.transfers is not None:
+            self.transfers.back(replica)
         self._state[replica_id] = UP
         self._outage[replica_id] = None
         self.log.up(replica_id, self.env.now)
@@ -268,3 +356,7 @@ def _send_again(request: Request, now: float) -> None:
     request.first_scheduled_time_s = None
     request.first_token_time_s = None
     request.completion_time_s = None
+    # (a disaggregated fleet's: it is prefilled again, and its KV moves again)
+    request.prefill_replica_id = None
+    request.transfer_start_s = None
+    request.transfer_end_s = None

@@ -366,6 +366,11 @@ class Replica:
             wakeup, self._wakeup = self._wakeup, None
             wakeup.succeed()
 
+    def withdraw(self, request: Request) -> None:
+        """``request``, expected here, will not come (the replica it was to come from went
+        down, ``sim.fleet.disaggregation``): it counts here no more."""
+        self._forget(request)
+
     def _forget(self, request: Request) -> None:
         self._count_load()
         self.num_outstanding -= 1

@@ -9,7 +9,11 @@ begins (a failure, a maintenance drain, a spot reclaim notice), the replica leav
   requests sent again and failed when it went;
 - availability: replica-hours up over replica-hours planned, over the run's span (a draining
   replica is up: it still serves what it holds; a down one is billed all the same, as
-  reserved and on-demand capacity is);
+  reserved and on-demand capacity is). A replica is planned from its start (time 0, or when
+  an autoscaler made it ready) until it is released, or, lost on an autoscaled fleet, until
+  its replacement is ready (or called off): the wait for the replacement counts as down;
+- per pool (a disaggregated fleet, ``by_pool``): the same availability, and the events, over
+  each pool's replicas;
 - degraded periods: the times at least one replica was out of the router's reach (draining or
   down), and the latency of the requests that arrived then, beside the whole run's;
 - the requests sent again and failed, by cause, from the requests table's columns
@@ -80,13 +84,33 @@ class FaultLog:
         self.down_intervals: list[list[Span]] = []
         self.out_intervals: list[list[Span]] = []
         self._open: list[list[FaultEvent]] = []
+        # per replica: when it was planned (``Span``: from its start to its end, if any)
+        self.lifetimes: list[Span] = []
+        self.pools: list[str] | None = None  # each replica's pool (a disaggregated fleet)
 
-    def start(self, num_replicas: int) -> None:
-        """A fleet of ``num_replicas``, all up."""
-        self.num_replicas = num_replicas
-        self.down_intervals = [[] for _ in range(num_replicas)]
-        self.out_intervals = [[] for _ in range(num_replicas)]
-        self._open = [[] for _ in range(num_replicas)]
+    def start(self, num_replicas: int, pools: list[str] | None = None) -> None:
+        """A fleet of ``num_replicas``, all up (``pools``: each one's pool, if several)."""
+        self.num_replicas = 0
+        self.pools = pools
+        self.down_intervals, self.out_intervals, self._open, self.lifetimes = [], [], [], []
+        for _ in range(num_replicas):
+            self.add_replica(0.0)
+
+    def add_replica(self, now: float) -> None:
+        """One more replica (the next id), up and planned from ``now``."""
+        self.num_replicas += 1
+        self.down_intervals.append([])
+        self.out_intervals.append([])
+        self._open.append([])
+        self.lifetimes.append(Span(now))
+
+    def gone(self, replica_id: int, now: float) -> None:
+        """Replica ``replica_id`` is planned no more from ``now`` (released, or replaced); a
+        down span of its own ends there."""
+        self.lifetimes[replica_id].end_s = now
+        for spans in (self.down_intervals[replica_id], self.out_intervals[replica_id]):
+            if spans and spans[-1].end_s is None:
+                spans[-1].end_s = now
 
     def begin(self, replica_id: int, kind: str, now: float) -> FaultEvent:
         event = FaultEvent(replica_id, kind, now)
@@ -106,8 +130,13 @@ class FaultLog:
     def up(self, replica_id: int, now: float) -> None:
         self.down_intervals[replica_id][-1].end_s = now
         self.out_intervals[replica_id][-1].end_s = now
+        self.closed(replica_id, now)
+
+    def closed(self, replica_id: int, up_s: float | None) -> None:
+        """The events open on ``replica_id`` are over: it is back (or replaced) at ``up_s``
+        (None: never, within the run)."""
         for event in self._open[replica_id]:
-            event.up_s = now
+            event.up_s = up_s
         self._open[replica_id] = []
 
     # -- what the run's files say ----------------------------------------------------------
@@ -127,18 +156,31 @@ class FaultLog:
             schema=FAULTS_SCHEMA,
         )
 
-    def down_s(self, start_s: float, end_s: float) -> float:
-        """Replica-seconds down within [start_s, end_s]."""
+    def _ids(self, pool: str | None) -> range | list[int]:
+        """The replicas of ``pool`` (None: all of them)."""
+        if pool is None or self.pools is None:
+            return range(self.num_replicas)
+        return [i for i, p in enumerate(self.pools) if p == pool]
+
+    def down_s(self, start_s: float, end_s: float, pool: str | None = None) -> float:
+        """Replica-seconds down within [start_s, end_s] (of ``pool``'s replicas)."""
         return sum(
             max(0.0, hi - lo)
-            for spans in self.down_intervals
-            for lo, hi in (span.within(start_s, end_s) for span in spans)
+            for i in self._ids(pool)
+            for lo, hi in (span.within(start_s, end_s) for span in self.down_intervals[i])
         )
 
-    def availability(self, start_s: float, end_s: float) -> float | None:
+    def planned_s(self, start_s: float, end_s: float, pool: str | None = None) -> float:
+        """Replica-seconds planned within [start_s, end_s] (of ``pool``'s replicas)."""
+        return sum(
+            max(0.0, hi - lo)
+            for lo, hi in (self.lifetimes[i].within(start_s, end_s) for i in self._ids(pool))
+        )
+
+    def availability(self, start_s: float, end_s: float, pool: str | None = None) -> float | None:
         """Replica-seconds up over replica-seconds planned within [start_s, end_s]."""
-        planned = self.num_replicas * (end_s - start_s)
-        return 1.0 - self.down_s(start_s, end_s) / planned if planned > 0 else None
+        planned = self.planned_s(start_s, end_s, pool)
+        return 1.0 - self.down_s(start_s, end_s, pool) / planned if planned > 0 else None
 
     def degraded(self, start_s: float, end_s: float) -> list[tuple[float, float]]:
         """The periods within [start_s, end_s] when some replica was out of routing, merged."""
@@ -177,7 +219,7 @@ class FaultLog:
         end_s: float,
     ) -> dict[str, Any]:
         """The summary's ``faults`` block over the run's span [start_s, end_s]."""
-        planned_h = self.num_replicas * (end_s - start_s) / HOUR_S
+        planned_h = self.planned_s(start_s, end_s) / HOUR_S
         kinds = [e.kind for e in self.events if e.start_s <= end_s]
         retries = column("retries")
         status = column("status")
@@ -191,7 +233,7 @@ class FaultLog:
             during |= (arrival >= a) & (arrival < b)
         completed_during = during & (status == COMPLETED)
         latency = {name: distribution(column(name)[completed_during]) for name in LATENCIES}
-        return {
+        block: dict[str, Any] = {
             "on_failure": config.on_failure,
             "gpu_mtbf_h": config.gpu_mtbf_h,
             "repair": config.repair,
@@ -213,4 +255,26 @@ class FaultLog:
                 "completed": int(completed_during.sum()),
                 **latency,
             },
+        }
+        if self.pools is not None:
+            block["by_pool"] = {
+                pool: self._pool_block(pool, start_s, end_s) for pool in dict.fromkeys(self.pools)
+            }
+        return block
+
+    def _pool_block(self, pool: str, start_s: float, end_s: float) -> dict[str, Any]:
+        """``by_pool.<pool>``: its replicas' availability and events, and the requests its
+        losses sent again and failed (as ``faults.parquet`` counts them)."""
+        assert self.pools is not None
+        events = [e for e in self.events if e.start_s <= end_s and self.pools[e.replica_id] == pool]
+        kinds = [e.kind for e in events]
+        return {
+            "replicas": len(self._ids(pool)),
+            "availability": self.availability(start_s, end_s, pool),
+            "replica_hours_down": self.down_s(start_s, end_s, pool) / HOUR_S,
+            "failures": kinds.count(FAILURE),
+            "maintenance": kinds.count(MAINTENANCE),
+            "spot_reclaims": kinds.count(SPOT),
+            "requests_retried": sum(e.retried for e in events),
+            "requests_failed": sum(e.failed for e in events),
         }
