@@ -226,9 +226,24 @@ CONFIG_VALUES: list[tuple[str, list[str], str]] = [
         "faults.spot.0.notice_s=-1",
     ),
     (
-        "faults with autoscaling",
-        ["faults.gpu_mtbf_h=1000", "autoscale.policy=utilization"],
-        "autoscale.policy='utilization': faults are not modelled with an autoscaled fleet",
+        "faults repaired on an autoscaled fleet",
+        ["autoscale.policy=utilization", "faults.schedule=[{replica: 0, at_s: 1, repair_s: 5}]"],
+        "faults.schedule[0].repair_s=5.0: the autoscaler replaces a failed replica",
+    ),
+    (
+        "faults replaced on an autoscaled fleet",
+        ["autoscale.policy=utilization", "faults.spot=[{replica: 0, at_s: 1, replace_s: 5}]"],
+        "faults.spot[0].replace_s=5.0: the autoscaler replaces a reclaimed replica",
+    ),
+    (
+        "failure of no replica of a disaggregated fleet",
+        [
+            "placement=disaggregated",
+            "fleet.replicas=4",
+            "placement.prefill.replicas=1",
+            "faults.schedule=[{replica: 4, at_s: 1}]",
+        ],
+        "faults.schedule[0].replica=4: is not a replica of this fleet (ids 0 to 3)",
     ),
     (
         "faults with a frontend",
