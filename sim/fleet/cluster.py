@@ -176,8 +176,7 @@ class Cluster:
     def drain(self, replica: Replica, on_released: Callable[[Replica], None]) -> None:
         """Send ``replica`` nothing more; ``on_released(replica)`` once its last request has
         ended (now, if it holds none)."""
-        for engine in replica.engines:
-            self._hosts[engine.model_id].remove(replica)
+        self.stop_routing(replica)  # (a decode pool's replica: the router never fed it)
         if replica.num_outstanding:
             self._draining[replica.replica_id] = on_released
         else:

@@ -36,8 +36,9 @@ With faults (``sim.fleet.faults``) a replica of either pool may go down: the tra
 whose ends it is are called off (``lost``: the room kept on the decode replica, or its place in
 the queue there, and the KV held on the prefill replica, released; the link time booked
 freed), and their requests leave with it, to be sent again from the prefill pool or failed. A
-decode replica that is down is chosen for nothing (``down``, ``back``); with none up, a
-prefilled request fails at its hand-off (``sim.fleet.cluster.NO_REPLICA``).
+decode replica that drains or is down is chosen for nothing (``stop_choosing``, ``back``);
+with none to choose, a prefilled request fails at its hand-off (``sim.fleet.cluster.
+NO_REPLICA``).
 
 The pools are built from the config in ``sim.deploy.disaggregated``.
 
@@ -251,8 +252,10 @@ class Disaggregation:
             self._call_off(transfer, replica)
         for decode in {t.decode for t in gone if t.decode is not replica}:
             self._start_transfers(decode)  # (room given back: those waiting may go)
-        if replica in self.decode:
-            self.down(replica)
+        if replica.on_room is not None:  # a decode replica: it takes no transfer while down
+            self.stop_choosing(replica)
+            self._queues[replica.replica_id].clear()
+            replica.transfers_waiting = 0
         return [t.request for t in gone]
 
     def _call_off(self, transfer: _Transfer, going: Replica) -> None:
@@ -282,11 +285,11 @@ class Disaggregation:
             prefill.engines[0].scheduler.kv.free(request)
             prefill.wake()
 
-    def down(self, decode: Replica) -> None:
-        """Decode replica ``decode`` is down: the decode router chooses among the others."""
-        self.decode.remove(decode)
-        self._queues[decode.replica_id].clear()
-        decode.transfers_waiting = 0
+    def stop_choosing(self, decode: Replica) -> None:
+        """The decode router chooses ``decode`` no more (it drains, or is down), until
+        ``back``; what it holds, or is on its way to it, it still takes."""
+        if decode in self.decode:
+            self.decode.remove(decode)
 
     def back(self, replica: Replica) -> None:
         """``replica`` is back with fresh engines: a decode replica takes transfers again (in
@@ -294,7 +297,8 @@ class Disaggregation:
         if replica.on_room is None:
             return  # a prefill replica: its scheduler was built handing off
         replica.engines[0].scheduler.join_decode_pool()
-        self.decode.append(replica)
+        if replica not in self.decode:
+            self.decode.append(replica)
         self.decode.sort(key=lambda r: r.replica_id)
 
 

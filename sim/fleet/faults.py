@@ -271,6 +271,8 @@ class FleetFaults:
     # -- the changes -----------------------------------------------------------------------
 
     def _drain(self, replica_id: int, kind: str) -> FaultEvent:
+        if self.transfers is not None:  # (a decode replica: its router chooses it no more)
+            self.transfers.stop_choosing(self.cluster.replicas[replica_id])
         event = self.log.begin(replica_id, kind, self.env.now)
         self._state[replica_id] = DRAINING
         self._outage[replica_id] = event
