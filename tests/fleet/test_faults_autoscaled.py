@@ -13,15 +13,18 @@ at a time; here held at 4 replicas by an autoscaler's schedule, which provisions
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim import rng
 from sim.run import simulate
 from tests.contract import table_problems
-from tests.fleet.test_faults import FLEET, approx, fault_rows
+from tests.fleet.test_faults import FLEET, approx, fault_rows, fault_settings
 from tests.support import columns, compose
 
 AUTOSCALED = [
@@ -233,3 +236,66 @@ def test_replicas_added_later_fail_from_their_own_streams():
     again = simulate(compose(*overrides))
     assert again.requests.equals(result.requests) and again.faults.equals(result.faults)
     assert again.scaling.equals(result.scaling)
+
+
+SCHEDULE = (
+    "autoscale.schedule=[{at_s: 0, replicas: 3}, {at_s: 1, replicas: 2}, {at_s: 2, replicas: 4}]"
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    faults=fault_settings(),
+    policy=st.sampled_from(["concurrency", "queue", "schedule"]),
+    seed=st.integers(0, 3),
+)
+def test_every_request_ends_once_under_random_faults_and_scaling(faults, policy, seed):
+    """Random failures, drains and reclaims (no repairs or replacements of the faults' own:
+    the autoscaler's) on a fleet that a metric policy (a look every 0.2 s, provisioning in
+    0.3 s) or a schedule scales: every request ends exactly once, the tables keep their
+    invariants, no replica steps while down or after it is lost, every replica lost (one
+    loss may close two events: a failure during a reclaim notice) is one ``failed`` row of
+    the scaling log, and a rerun writes the same files."""
+    faults = {
+        **faults,
+        "schedule": [{**e, "repair_s": None} for e in faults["schedule"]],
+        "spot": [{**e, "replace_s": None} for e in faults["spot"]],
+    }
+    cfg = compose(
+        "workload=poisson",
+        "workload.qps=40",
+        "workload.num_requests=80",
+        "workload.prompt_tokens=100",
+        "workload.output_tokens=60",
+        "fleet.replicas=3",
+        "kv.num_blocks=48",
+        f"autoscale.policy={policy}",
+        "autoscale.target=2",
+        "autoscale.interval_s=0.2",
+        "autoscale.scale_down_window_s=0.5",
+        "autoscale.provision_s=0.3",
+        "autoscale.max_replicas=5",
+        SCHEDULE if policy == "schedule" else "autoscale.schedule=null",
+    )
+    cfg["faults"] = faults
+    cfg["seed"] = seed
+    result = simulate(cfg)
+    summary = result.summary
+    assert table_problems(result.requests, result.steps, summary) == []
+    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
+    assert ended == summary["num_requests"] == 80
+    scaling = columns(result.scaling)
+    failed_rows = sorted(scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist())
+    lost = []
+    for event in result.faults.to_pylist():
+        if event["down_s"] is None:
+            continue
+        if event["kind"] != "maintenance":
+            lost.append(event["replica_id"])
+        up = math.inf if event["up_s"] is None or event["kind"] != "maintenance" else event["up_s"]
+        start, end = step_spans(result, event["replica_id"])
+        assert not ((end > event["down_s"]) & (start < up)).any(), event
+    assert sorted(set(lost)) == failed_rows
+    again = simulate(copy.deepcopy(cfg))
+    assert again.requests.equals(result.requests) and again.steps.equals(result.steps)
+    assert again.faults.equals(result.faults) and again.scaling.equals(result.scaling)
