@@ -268,6 +268,12 @@ SUMMARY_RUNS = {
         "faults.schedule=[{replica: 1, at_s: 0}]",
         "faults.maintenance=[{replica: 0, at_s: 1, duration_s: 10}]",
     ],
+    "faults on a disaggregated fleet (by pool)": [
+        "workload.num_requests=20",
+        "placement=disaggregated",
+        "fleet.replicas=3",
+        "faults.schedule=[{replica: 2, at_s: 0.5, repair_s: 1}]",
+    ],
     "two models, energy, rejections": [
         "placement=colocated",
         "cost.energy.enabled=true",
@@ -283,6 +289,7 @@ def _family(key: str) -> str:
     """A summary key as the reference writes its family (``ttft_s.<stat>``...)."""
     key = re.sub(rf"_s\.({'|'.join(STATS)})$", "_s.<stat>", key)  # a distribution of seconds
     key = re.sub(r"^disaggregation\.(prefill|decode)\.", "disaggregation.<pool>.", key)
+    key = re.sub(r"^faults\.by_pool\.(prefill|decode)\.", "faults.by_pool.<pool>.", key)
     key = re.sub(r"^autoscale\.engines\.[^.]+\.", "autoscale.engines.<engine>.", key)
     key = re.sub(r"^cost\.per_tier\.[^.]+\.", "cost.per_tier.<tier>.", key)
     key = re.sub(r"^(faults\.)?failed_by_reason\..+$", r"\1failed_by_reason.<reason>", key)

@@ -66,8 +66,8 @@ COLUMNS = {
     # a column of another file that means something else there: "FILE:column"
     "steps:replica_id": "the replica that ran the step",
     "steps:model_id": "the model the step ran (0; 1: `placement.second_model`)",
-    "scaling:replica_id": "the replica that became ready, began to drain or was released; "
-    "null otherwise",
+    "scaling:replica_id": "the replica that became ready, began to drain, was released or was "
+    "lost (`failed`); null otherwise",
     # scaling.parquet
     "time_s": "when the fleet changed",
     "replicas_ready": "replicas serving from then on",
@@ -75,14 +75,17 @@ COLUMNS = {
     "replicas_draining": "replicas taking no new requests, finishing their own (billed)",
     "gpus_billed": "GPUs paid for from then on",
     "usd_per_hour": "what they cost per hour",
-    "event": "`start`, `scale_up`, `ready`, `drain`, `released` or `cancelled`",
+    "event": "`start`, `scale_up`, `ready`, `drain`, `released`, `cancelled` or, with faults, "
+    "`failed` (a replica lost to a failure or a spot reclaim left the fleet; its replacement is "
+    "the `scale_up` that follows)",
     # faults.parquet
     "faults:replica_id": "the replica that failed, drained or was reclaimed",
     "kind": "`failure`, `maintenance` or `spot`",
     "start_s": "when it began: the failure, the drain's start, the reclaim notice",
     "down_s": "when the replica went down (a drain: once empty or at its deadline; a reclaim: "
     "at the notice's end); null: not within the run",
-    "up_s": "when it was back (repaired, maintained, replaced); null: not within the run",
+    "up_s": "when it was back (repaired, maintained, replaced; on an autoscaled fleet, when the "
+    "autoscaler's replacement was ready); null: not within the run",
     "requests_retried": "requests it held when it went that were sent to another replica",
     "requests_failed": "requests it held when it went that failed",
 }
@@ -264,7 +267,8 @@ SUMMARY = {
     "faults.repair_h": "mean hours to repair",
     "faults.availability": "replica-hours up over replica-hours planned, over the run's span "
     "(to its last arrival at least); a draining replica is up",
-    "faults.replica_hours_planned": "replicas x the span, hours",
+    "faults.replica_hours_planned": "replicas x the span, hours (an autoscaled fleet: each "
+    "replica from its start to its release, or a lost one to its replacement)",
     "faults.replica_hours_down": "replica-hours down within the span",
     "faults.failures": "failures (random and scheduled) that began within the span",
     "faults.maintenance": "maintenance drains that began within it",
@@ -282,6 +286,15 @@ SUMMARY = {
     "faults.degraded.ttft_s.<stat>": "their TTFT, s (the whole run's is `ttft_s`)",
     "faults.degraded.tpot_s.<stat>": "their TPOT, s",
     "faults.degraded.e2e_s.<stat>": "their E2E, s",
+    "faults.by_pool.<pool>.replicas": "*a disaggregated fleet*: the pool's replicas",
+    "faults.by_pool.<pool>.availability": "its replicas' availability, as `faults.availability`",
+    "faults.by_pool.<pool>.replica_hours_down": "its replica-hours down within the span",
+    "faults.by_pool.<pool>.failures": "failures of its replicas within the span",
+    "faults.by_pool.<pool>.maintenance": "maintenance drains of its replicas within it",
+    "faults.by_pool.<pool>.spot_reclaims": "spot reclaim notices of its replicas within it",
+    "faults.by_pool.<pool>.requests_retried": "requests its replicas' losses sent again (as "
+    "`faults.parquet` counts them: a request twice if lost twice)",
+    "faults.by_pool.<pool>.requests_failed": "requests its replicas' losses failed",
 }
 
 

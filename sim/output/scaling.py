@@ -3,7 +3,8 @@
 The autoscaler (``sim.fleet.autoscaler``) records a row at every change: replicas serving,
 being provisioned (asked for, loading weights: billed, not serving) and draining (taking no
 new requests, finishing their own: billed), the GPUs billed and the $/hour they cost from that
-moment on, and which replica changed. ``scaling.parquet`` holds the rows as they are; the
+moment on, and which replica changed (with faults, one lost: ``failed``, out of the bill at
+once). ``scaling.parquet`` holds the rows as they are; the
 summary's ``autoscale`` block integrates them over the run's span, so the bill is GPUs x
 time, not replicas x hours.
 """
@@ -23,9 +24,10 @@ SCALING_SCHEMA = pa.schema(
         ("replicas_draining", pa.int32()),
         ("gpus_billed", pa.int32()),
         ("usd_per_hour", pa.float64()),
-        # start | scale_up | ready | drain | released | cancelled
+        # start | scale_up | ready | drain | released | cancelled | failed (lost to a fault:
+        # sim.fleet.faults; its replacement is a scale_up)
         ("event", pa.string()),
-        # the replica that became ready, began to drain or was released (null otherwise)
+        # the replica that became ready, began to drain, was released or lost (null otherwise)
         ("replica_id", pa.int32()),
     ]
 )

@@ -12,9 +12,11 @@
 | ``gpus_billed`` | int32 | GPUs paid for from then on |
 | ``usd_per_hour`` | float64 | the rate paid from then on |
 | ``event`` | string | ``start``, ``scale_up``, ``ready``, ``drain``, ``released``, ``cancelled`` |
-| ``replica_id`` | int32 | the replica that became ready, began to drain or was released |
+| ``replica_id`` | int32 | the replica that became ready, began to drain, was released or was lost |
 
-``replica_id`` is null for ``start``, ``scale_up`` and ``cancelled`` rows.
+``replica_id`` is null for ``start``, ``scale_up`` and ``cancelled`` rows. A run with faults
+(``sim.fleet.faults``) has one more ``event``, ``failed``: a replica lost to a failure or a spot
+reclaim left the fleet; its replacement is the ``scale_up`` that follows at the same time.
 ``sim.output.scaling`` writes the table; a switch of engine configuration is a ``scale_up``, a
 ``ready``, a ``drain`` and a ``released``, not an event of its own. Each row's state holds
 until the next row, the last one until the run ends, so money and GPU-hours are step
