@@ -196,7 +196,8 @@ class FaultLog:
         return merged
 
     def up_count_seconds(self, start_s: float, end_s: float) -> np.ndarray:
-        """``out[k]``: seconds within [start_s, end_s] with exactly k replicas up (not down)."""
+        """``out[k]``: seconds within [start_s, end_s] with exactly k replicas up (not down), of
+        a fleet whose replicas are all planned the whole time (a fixed fleet's)."""
         changes: list[tuple[float, int]] = []
         for spans in self.down_intervals:
             for lo, hi in (span.within(start_s, end_s) for span in spans):
