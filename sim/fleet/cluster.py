@@ -182,6 +182,12 @@ class Cluster:
         else:
             on_released(replica)
 
+    def settle_drains(self) -> None:
+        """Release the draining replicas left with nothing (a request they expected will not
+        come: its transfer was called off, ``sim.fleet.disaggregation``)."""
+        for replica_id in [i for i in self._draining if not self.replicas[i].num_outstanding]:
+            self._draining.pop(replica_id)(self.replicas[replica_id])
+
     def stop_routing(self, replica: Replica) -> None:
         """Send ``replica`` nothing more (it goes down; ``sim.fleet.faults``); a drain under way
         is called off: its replica leaves with whatever it holds."""

@@ -91,6 +91,8 @@ class FaultyCluster(Protocol):
 
     def flush_steps(self, replica: Replica) -> None: ...
 
+    def settle_drains(self) -> None: ...
+
     def finished(self) -> bool: ...
 
 
@@ -303,6 +305,8 @@ class FleetFaults:
         if self.transfers is not None:  # (before it stops: it still counts them)
             held += self.transfers.lost(replica)
         cluster.stop_routing(replica)
+        if self.transfers is not None:  # (a drain waiting only for transfers called off)
+            cluster.settle_drains()
         replica.stop()
         cluster.flush_steps(replica)  # (its steps so far: the engines are replaced)
         self.log.down(replica_id, now)

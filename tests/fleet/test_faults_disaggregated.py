@@ -132,6 +132,25 @@ def test_losing_a_prefill_replica_calls_its_transfer_off(on_failure):
     assert by_pool["prefill"]["requests_retried" if retried else "requests_failed"] == 1
 
 
+def test_a_decode_drain_waiting_only_for_a_transfer_called_off_ends_with_it():
+    """Decode replica 2 drains for maintenance from 2.05 s, waiting for request 0, whose KV
+    moves to it (2.01 -> 2.142072 s). Prefill replica 0 fails at 2.105 s: the transfer is
+    called off, and replica 2, left with nothing, leaves at once (down at 2.105 s, back 1 s
+    later) instead of waiting for a request that will not come. Request 0 is prefilled again
+    on replica 1 and decoded on replica 3, the one decode replica the router may choose."""
+    result = run(
+        "faults.maintenance=[{replica: 2, at_s: 2.05, duration_s: 1}]",
+        "faults.schedule=[{replica: 0, at_s: 2.105, repair_s: 2}]",
+    )
+    assert sorted(fault_rows(result)) == [
+        (0, "failure", 2.105, 2.105, 4.105, 1, 0),
+        (2, "maintenance", 2.05, 2.105, 3.105, 0, 0),
+    ]
+    req = columns(result.requests)
+    assert (req["prefill_replica_id"][0], req["replica_id"][0]) == (1, 3)
+    assert req["completion_time_s"][0] == approx(2.115 + MOVE_S + 0.99)
+
+
 def test_with_no_decode_replica_up_prefilled_requests_fail_for_want_of_one():
     """One replica in each pool; the decode replica fails for good at 2.505 s. Request 0 is
     sent again, prefilled again (first token 2.515 s), and finds no decode replica at its
