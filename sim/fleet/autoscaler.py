@@ -144,7 +144,7 @@ class Autoscaler:
 
     def watch(self, watcher: Callable[[str, int | None, int | None], None]) -> None:
         """Tell ``watcher(event, replica_id, replaces)`` of each replica that becomes ready,
-        begins to drain, is released, or whose replacement is cancelled (``replaces``: the
+        is released, or whose replacement is cancelled (``replaces``: the
         lost replica a replacement stands for, else None): the faults follow the fleet
         (``sim.fleet.faults``)."""
         self._watchers.append(watcher)
@@ -152,6 +152,10 @@ class Autoscaler:
     def _tell(self, event: str, replica_id: int | None, replaces: int | None = None) -> None:
         for watcher in self._watchers:
             watcher(event, replica_id, replaces)
+
+    def is_draining(self, replica_id: int) -> bool:
+        """Whether it is draining replica ``replica_id`` (scaling down)."""
+        return replica_id in self._leaving
 
     def variant_of(self, replica_id: int) -> Variant:
         """The engine configuration replica ``replica_id`` was built with."""
@@ -240,7 +244,6 @@ class Autoscaler:
         self._fleet.draining += 1
         self._leaving.add(replica.replica_id)
         self._record("drain", replica)
-        self._tell("drain", replica.replica_id)
         self.cluster.drain(replica, self._released)
 
     def _released(self, replica: Replica) -> None:

@@ -127,7 +127,6 @@ class FleetFaults:
         self._state = [UP] * num
         # the event the replica's current absence (draining or down) belongs to, if any
         self._outage: list[FaultEvent | None] = [None] * num
-        self._leaving: set[int] = set()  # the replicas the autoscaler is draining
         log.start(num, pools)
         env = self.env
         for replica_id, count in enumerate(gpus):
@@ -158,9 +157,8 @@ class FleetFaults:
 
     def _fleet_changed(self, event: str, replica_id: int | None, replaces: int | None) -> None:
         """The autoscaler changed the fleet (``Autoscaler.watch``): a replica is ready (it
-        fails from now on), drains (it leaves anyway: no notice takes it), is released (it
-        fails no more), or a lost one's replacement is ready or called off (the lost one is
-        planned no more: ``FaultLog.gone``)."""
+        fails from now on), is released (it fails no more), or a lost one's replacement is
+        ready or called off (the lost one is planned no more: ``FaultLog.gone``)."""
         now = self.env.now
         if replaces is not None:
             self.log.closed(replaces, now if event == "ready" else None)
@@ -172,14 +170,15 @@ class FleetFaults:
             self._outage.append(None)
             self.log.add_replica(now)
             self._fail_at_random(replica_id, self.autoscaler.variant_of(replica_id).gpus)
-        elif event == "drain":
-            assert replica_id is not None
-            self._leaving.add(replica_id)
         elif event == "released":
             assert replica_id is not None
-            self._leaving.discard(replica_id)
             self._state[replica_id] = GONE
             self.log.gone(replica_id, now)
+
+    def _leaving(self, replica_id: int) -> bool:
+        """Whether the autoscaler is draining replica ``replica_id`` (it leaves anyway: no
+        maintenance drain or spot notice takes it)."""
+        return self.autoscaler is not None and self.autoscaler.is_draining(replica_id)
 
     def _lost_for_good(self, kind: str) -> bool:
         """Whether a replica that goes for ``kind`` leaves the fleet (an autoscaled fleet's
@@ -233,7 +232,7 @@ class FleetFaults:
         self, replica_id: int, duration_s: float, deadline_s: float | None, _e: Any
     ) -> None:
         """A maintenance drain begins: it leaves once empty, or at the deadline."""
-        if not self._in_fleet(replica_id) or replica_id in self._leaving:
+        if not self._in_fleet(replica_id) or self._leaving(replica_id):
             return  # (not in the fleet, or leaving it: nothing to maintain)
         if self._state[replica_id] != UP:
             return  # (out already: the work is done while it is)
@@ -255,7 +254,7 @@ class FleetFaults:
 
     def _notice(self, replica_id: int, notice_s: float, replace_s: float | None, _e: Any) -> None:
         """A spot reclaim notice: no new requests now, lost at the notice's end."""
-        if not self._in_fleet(replica_id) or replica_id in self._leaving:
+        if not self._in_fleet(replica_id) or self._leaving(replica_id):
             return  # (not in the fleet, or leaving it: nothing to reclaim)
         if self._state[replica_id] != UP:
             return
@@ -314,7 +313,6 @@ class FleetFaults:
             assert self.autoscaler is not None
             self._state[replica_id] = GONE
             self._outage[replica_id] = None
-            self._leaving.discard(replica_id)
             if not self.autoscaler.lost(replica):  # (replaced: ``_fleet_changed`` hears it)
                 self.log.closed(replica_id, None)  # (it was leaving the fleet anyway)
                 self.log.gone(replica_id, now)

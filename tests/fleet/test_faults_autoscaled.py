@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import rng
+from sim.output.results import FAULT_COLUMNS
 from sim.run import simulate
 from tests.contract import table_problems
 from tests.fleet.test_faults import FLEET, approx, fault_rows, fault_settings
@@ -158,6 +159,41 @@ def test_events_naming_no_replica_of_the_fleet_then_are_none():
     assert fault_rows(result) == fault_rows(alone)
     assert result.requests.equals(alone.requests) and result.steps.equals(alone.steps)
     assert result.scaling.equals(alone.scaling)
+
+
+SCALE_DOWN = [
+    *(a for a in AUTOSCALED if not a.startswith("autoscale.schedule")),
+    "autoscale.schedule=[{at_s: 0, replicas: 4}, {at_s: 1.6, replicas: 3}]",
+]
+
+
+def test_a_replica_the_autoscaler_drains_is_lost_but_not_replaced():
+    """The schedule drains one replica at 1.6 s: all four hold one request, so the highest id,
+    replica 3 (request 3, due at 2.0 s). It fails at 1.805 s: lost with request 3 (``failed``:
+    3 ready, none draining, 3 GPUs), not replaced (it was leaving), and never released. Request
+    3 is retried on replica 0 (round robin's turn among 0, 1, 2), whose step ends at 1.81 s:
+    last token at 2.81 s. A maintenance drain or a spot notice of it while it drains is none:
+    the run is the drain alone, replica 3 released at 2.0 s."""
+    result = simulate(compose(*SCALE_DOWN, "faults.schedule=[{replica: 3, at_s: 1.805}]"))
+    assert scaling_rows(result) == [
+        (0.0, "start", 4, 0, 4, None),
+        (1.6, "drain", 3, 0, 4, 3),
+        (1.805, "failed", 3, 0, 3, 3),
+    ]
+    assert fault_rows(result) == [(3, "failure", 1.805, 1.805, None, 1, 0)]
+    req = columns(result.requests)
+    assert (req["replica_id"][3], req["retries"][3]) == (0, 1)
+    assert req["completion_time_s"][3] == approx(2.81)
+    plain = simulate(compose(*SCALE_DOWN))
+    assert scaling_rows(plain)[-1] == (2.0, "released", 3, 0, 3, 3)
+    for event in (
+        "faults.maintenance=[{replica: 3, at_s: 1.8, duration_s: 1}]",
+        "faults.spot=[{replica: 3, at_s: 1.8}]",
+    ):
+        result = simulate(compose(*SCALE_DOWN, event))
+        assert result.faults.num_rows == 0
+        assert result.requests.drop_columns([n for n, _ in FAULT_COLUMNS]).equals(plain.requests)
+        assert result.scaling.equals(plain.scaling)
 
 
 def test_a_maintenance_drain_keeps_the_replica_in_the_fleet():
