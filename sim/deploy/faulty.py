@@ -6,7 +6,8 @@ Not one more shape but a wrapper around the shape the registry picked (``sim.dep
 - ``cluster_options``: replicas step one by one (a replica going down mid decode stretch would
   leave the stretch's ended steps unapplied);
 - ``connect``: the inner shape's, then the faults' processes (``sim.fleet.faults``), which
-  take replicas down and bring them back through the cluster's own methods;
+  take replicas down and bring them back through the cluster's own methods (random reclaims
+  on the replicas bought spot: ``sim.deploy.tiers.spot_replicas``);
 - ``requests_columns``: ``retries``, ``retry_lost_s``, ``fail_reason``;
 - ``priced``: the inner shape's bill, whole: a replica that is down is still paid for, as
   reserved and on-demand capacity is (a spot replica's bill after its loss too: the
@@ -31,6 +32,7 @@ import pyarrow as pa
 from sim.config.faults import Maintenance, ScheduledFailure, SpotReclaim
 from sim.config.schema import RunConfig
 from sim.deploy.shape import FleetShape, Priced
+from sim.deploy.tiers import spot_replicas
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.cluster import Cluster
@@ -81,6 +83,15 @@ class FaultyFleet(FleetShape):
                     entry.replica,
                     f"is not a replica of this fleet (ids 0 to {replicas - 1})",
                 )
+        # the replicas random reclaims take (none asked: none, and no tier looked at)
+        self.spot = spot_replicas(run) if faults.random_reclaims else []
+        require(
+            bool(self.spot) or not faults.random_reclaims,
+            "faults.spot_reclaims_per_h",
+            faults.spot_reclaims_per_h,
+            "reclaims spot replicas, and this fleet has none: buy some spot (fleet.tiers="
+            "{spot: 1, on_demand: rest}, a pool's tiers, or cost.tier=spot)",
+        )
         self.inner = inner
         self.placement = inner.placement
         self.engines = inner.engines
@@ -120,7 +131,9 @@ class FaultyFleet(FleetShape):
             max(placement.deployments[m].num_gpus for m in models)
             for models in placement.replica_models
         ]
-        FleetFaults(cluster, self.run.faults, gpus, seed, self._new_engines, self.log)
+        FleetFaults(
+            cluster, self.run.faults, gpus, seed, self._new_engines, self.log, spot=self.spot
+        )
 
     def _new_engines(self, replica_id: int) -> list[Engine]:
         """Fresh engines for a replica that comes back (as ``FixedFleet.replica_engines``)."""
