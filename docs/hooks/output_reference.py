@@ -265,6 +265,7 @@ SUMMARY = {
     "faults.gpu_mtbf_h": "mean hours between failures of one GPU (null: no random failures)",
     "faults.repair": "`exponential` or `fixed` repair times",
     "faults.repair_h": "mean hours to repair",
+    "faults.spot_reclaims_per_h": "random reclaims per hour of each spot replica (null: none)",
     "faults.availability": "replica-hours up over replica-hours planned, over the run's span "
     "(to its last arrival at least); a draining replica is up",
     "faults.replica_hours_planned": "replicas x the span, hours (an autoscaled fleet: each "

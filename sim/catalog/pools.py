@@ -123,6 +123,32 @@ def build_pools(cfg: dict[str, Any], run: RunConfig) -> tuple[Pool, Pool]:
     """The prefill and decode pools of ``run`` (its placement is disaggregated)."""
     placement = run.placement
     assert isinstance(placement, DisaggregatedPlacement)
+    prefill_replicas, decode_replicas = pool_replicas(run)
+    pools = []
+    for name, pool, count in (
+        ("prefill", placement.prefill, prefill_replicas),
+        ("decode", placement.decode, decode_replicas),
+    ):
+        field = f"placement.{name}"
+        try:
+            pool_cfg = with_settings(
+                cfg, pool_settings(pool), f"{field}.settings", f"{field}.replicas gives the count"
+            )
+            # a pool is one model's fleet: its own config must not be disaggregated again
+            pool_cfg["placement"] = {"mode": "single"}
+            pool_run = validate_run(pool_cfg)
+            deployment = build_deployment(pool_run)
+        except ConfigError as err:
+            raise in_pool_terms(err, name, pool) from None
+        pools.append(Pool(name, pool_cfg, pool_run, deployment, count))
+    return pools[0], pools[1]
+
+
+def pool_replicas(run: RunConfig) -> tuple[int, int]:
+    """The prefill and decode pools' replica counts of ``run`` (its placement is
+    disaggregated): ConfigError when they do not make ``fleet.replicas``."""
+    placement = run.placement
+    assert isinstance(placement, DisaggregatedPlacement)
     total = run.fleet.replicas
     prefill_replicas = placement.prefill.replicas or 1
     decode_replicas = placement.decode.replicas
@@ -142,24 +168,7 @@ def build_pools(cfg: dict[str, Any], run: RunConfig) -> tuple[Pool, Pool]:
             f"fleet.replicas={total}: set fleet.replicas={prefill_replicas + decode_replicas}, "
             "or leave placement.decode.replicas null",
         )
-    pools = []
-    for name, pool, count in (
-        ("prefill", placement.prefill, prefill_replicas),
-        ("decode", placement.decode, decode_replicas),
-    ):
-        field = f"placement.{name}"
-        try:
-            pool_cfg = with_settings(
-                cfg, pool_settings(pool), f"{field}.settings", f"{field}.replicas gives the count"
-            )
-            # a pool is one model's fleet: its own config must not be disaggregated again
-            pool_cfg["placement"] = {"mode": "single"}
-            pool_run = validate_run(pool_cfg)
-            deployment = build_deployment(pool_run)
-        except ConfigError as err:
-            raise in_pool_terms(err, name, pool) from None
-        pools.append(Pool(name, pool_cfg, pool_run, deployment, count))
-    return pools[0], pools[1]
+    return prefill_replicas, decode_replicas
 
 
 def kv_link(placement: DisaggregatedPlacement, prefill_gpu: GPU, decode_gpu: GPU) -> KvLink:

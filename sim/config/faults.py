@@ -9,7 +9,9 @@ Three sources of lost capacity, any mix of them (``sim.fleet.faults`` runs them)
 - ``maintenance``: a replica stops taking requests, finishes what it holds (or hands it to
   the others after ``deadline_s``), leaves for ``duration_s``, and comes back;
 - ``spot``: a reclaim notice; the replica stops taking requests at the notice and is lost at
-  its end (``replace_s`` later a replacement comes, if given).
+  its end (``replace_s`` later a replacement comes, if given); ``spot_reclaims_per_h`` draws
+  such reclaims at random, at a rate per replica-hour, on each replica bought spot
+  (``sim.deploy.tiers.spot_replicas``), with ``spot_notice_s`` and ``spot_replace_s``.
 
 ``on_failure`` says what becomes of the requests on a replica that goes: ``retry`` (sent again
 to another replica, prefill from scratch, the time lost counted) or ``fail`` (they end failed,
@@ -68,11 +70,23 @@ class FaultsConfig(StrictModel):
     schedule: list[ScheduledFailure] = []
     maintenance: list[Maintenance] = []
     spot: list[SpotReclaim] = []
+    # random reclaims of each spot replica, per replica-hour it serves; null: none
+    spot_reclaims_per_h: Positive | None = None
+    spot_notice_s: NonNegative = 120.0  # a random reclaim's notice (AWS: two minutes)
+    spot_replace_s: Positive | None = None  # a replacement serves this long after; null: none
 
     @property
     def random_failures(self) -> bool:
         return bool(self.gpu_mtbf_h)
 
     @property
+    def random_reclaims(self) -> bool:
+        return self.spot_reclaims_per_h is not None
+
+    @property
     def enabled(self) -> bool:
-        return self.random_failures or bool(self.schedule or self.maintenance or self.spot)
+        return (
+            self.random_failures
+            or self.random_reclaims
+            or bool(self.schedule or self.maintenance or self.spot)
+        )

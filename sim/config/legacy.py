@@ -75,6 +75,10 @@ ADDED_GROUPS: dict[str, dict[str, Any]] = {
 ADDED_KEYS: dict[tuple[str, str], Any] = {
     ("kv", "prefix_caching"): False,
     ("kv", "cpu_offload_gib"): 0.0,
+    # configs/faults/default.yaml: no random spot reclaims, as before them
+    ("faults", "spot_reclaims_per_h"): None,
+    ("faults", "spot_notice_s"): 120.0,
+    ("faults", "spot_replace_s"): None,
 }
 # Keys read only while an option is on, left out of the comparison while it is off (a run from
 # before such a key, or with its option off, ran the same whatever the key's value).

@@ -14,7 +14,8 @@ The tiers (``TIERS``), each a column of the price table ``cost.prices`` (``sim.o
 - ``reserved``: a one-year commitment (the name came before ``reserved_3y`` and stays);
 - ``reserved_3y``: a three-year commitment;
 - ``spot``: spare capacity at a discount, which the provider may reclaim at short notice.
-  Only its price is modelled here; a spot replica serves like any other.
+  Only its price is modelled here; a spot replica serves like any other, until reclaimed
+  (``faults.spot_reclaims_per_h``, ``sim.deploy.tiers.spot_replicas``).
 
 A null mix (the default) bills the whole fleet at the run's one price, as before.
 """

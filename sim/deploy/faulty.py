@@ -8,7 +8,8 @@ Not one more shape but a wrapper around the shape the registry picked (``sim.dep
 - ``connect``: the inner shape's, then the faults' processes (``sim.fleet.faults``), which
   take replicas down and bring them back through the cluster's own methods, and through
   what the inner shape adds (``FleetShape.fault_parts``: an autoscaler replaces a lost
-  replica, a disaggregated fleet's transfers are called off with it);
+  replica, a disaggregated fleet's transfers are called off with it); random reclaims take
+  the replicas bought spot (``sim.deploy.tiers.spot_replicas``);
 - ``requests_columns``: ``retries``, ``retry_lost_s``, ``fail_reason``;
 - ``priced``: the inner shape's bill, whole: a replica that is down is still paid for, as
   reserved and on-demand capacity is (a spot replica's bill after its loss too: the
@@ -36,6 +37,7 @@ import pyarrow as pa
 from sim.config.faults import Maintenance, ScheduledFailure, SpotReclaim
 from sim.config.schema import RunConfig
 from sim.deploy.shape import FleetShape, Priced
+from sim.deploy.tiers import spot_replicas
 from sim.engine.scheduler.base import Scheduler
 from sim.errors import ConfigError, require
 from sim.fleet.cluster import Cluster
@@ -90,6 +92,22 @@ class FaultyFleet(FleetShape):
                 )
         if autoscaled:
             _refuse_own_replacements(faults.schedule, faults.spot)
+            require(
+                faults.spot_replace_s is None,
+                "faults.spot_replace_s",
+                faults.spot_replace_s,
+                "the autoscaler replaces a reclaimed replica after autoscale.provision_s: leave "
+                "it out",
+            )
+        # the replicas random reclaims take (none asked: none, and no tier looked at)
+        self.spot = spot_replicas(run) if faults.random_reclaims else []
+        require(
+            bool(self.spot) or not faults.random_reclaims,
+            "faults.spot_reclaims_per_h",
+            faults.spot_reclaims_per_h,
+            "reclaims spot replicas, and this fleet has none: buy some spot (fleet.tiers="
+            "{spot: 1, on_demand: rest}, a pool's tiers, or cost.tier=spot)",
+        )
         self.inner = inner
         self.placement = inner.placement
         self.engines = inner.engines
@@ -135,6 +153,7 @@ class FaultyFleet(FleetShape):
             autoscaler=parts.autoscaler,
             transfers=parts.transfers,
             pools=parts.pools,
+            spot=self.spot,
         )
 
     def priced(self) -> Priced:

@@ -1,6 +1,7 @@
 """A fleet bought at price tiers (``sim.config.tiers``): its replicas grouped by tier, each
-tier's GPUs at that tier's price (``sim.output.cost.tier_price``), and the cost block's
-``per_tier`` (``tier_bill``).
+tier's GPUs at that tier's price (``sim.output.cost.tier_price``), the cost block's
+``per_tier`` (``tier_bill``), and which replicas are spot (``spot_replicas``: those that
+``faults.spot_reclaims_per_h`` reclaims).
 
 A shape builds its groups when it is built, so that a mix that does not add up to the replicas,
 or a tier the price table has no price for on this GPU, is refused before anything runs.
@@ -11,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sim.catalog.hardware import GPU
-from sim.config.schema import CostConfig
-from sim.config.tiers import resolve
+from sim.catalog.pools import pool_replicas
+from sim.config.schema import CostConfig, DisaggregatedPlacement, RunConfig
+from sim.config.tiers import replica_tiers, resolve
 from sim.deploy.shape import ReplicaGroup
 from sim.output.cost import tier_price
 
 # a pool of a fleet whose other pool has a mix, when it has none: bought on demand
 ON_DEMAND_MIX = {"on_demand": "rest"}
+SPOT = "spot"
 
 
 def tier_groups(
@@ -55,3 +58,25 @@ def tier_bill(groups: Sequence[ReplicaGroup]) -> dict[str, dict[str, float | int
     for row in out.values():
         row["usd_per_gpu_hour"] = row["usd_per_hour"] / row["gpus"]
     return out
+
+
+def spot_replicas(run: RunConfig) -> list[int]:
+    """The ids of ``run``'s replicas bought spot, in order: as the bill buys them (a fixed
+    fleet's ``fleet.tiers``, a disaggregated fleet's pool tiers, prefill pool first, a pool
+    without a mix on demand), or every replica when the fleet has no mix and ``cost.tier`` is
+    spot; none otherwise. ConfigError for a mix that does not make the fleet (as the bill)."""
+    placement = run.placement
+    if isinstance(placement, DisaggregatedPlacement):
+        pools = (placement.prefill.tiers, placement.decode.tiers)
+        if any(mix is not None for mix in pools):
+            tiers: list[str] = []
+            for name, mix, count in zip(
+                ("prefill", "decode"), pools, pool_replicas(run), strict=True
+            ):
+                field = f"placement.{name}.tiers"
+                tiers += replica_tiers(resolve(mix or ON_DEMAND_MIX, count, field))
+            return [i for i, tier in enumerate(tiers) if tier == SPOT]
+    elif run.fleet.tiers is not None:
+        tiers = replica_tiers(resolve(run.fleet.tiers, run.fleet.replicas, "fleet.tiers"))
+        return [i for i, tier in enumerate(tiers) if tier == SPOT]
+    return list(range(run.fleet.replicas)) if run.cost.tier == SPOT else []

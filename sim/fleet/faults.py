@@ -26,6 +26,13 @@ What takes a replica down (``faults``, ``sim.config.faults``):
   ``duration_s`` after it left;
 - a spot reclaim: it drains from the notice, and is lost at the notice's end with what it
   still holds (as ``on_failure`` says); a replacement comes ``replace_s`` later, if given.
+  One of ``faults.spot``, or random: each spot replica is reclaimed at
+  ``spot_reclaims_per_h`` per hour, exponential times apart from its own stream
+  (``faults.reclaim.<id>``), each reclaim as a scheduled one (``spot_notice_s``,
+  ``spot_replace_s``). The draws run on wall-clock time from the replica's start, so they
+  do not depend on anything else in the run; one that finds the replica draining or down is
+  none (as a scheduled notice then is), so a replica is reclaimed at that rate while it
+  serves.
 
 A replica that comes back has fresh engines (``new_engines``): empty queues and an empty KV
 cache, as a repaired or replaced node starts. Every change is written to the ``FaultLog``
@@ -48,7 +55,7 @@ Two fleet shapes take faults their own way (``sim.deploy.faulty`` connects them)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -109,12 +116,17 @@ class FleetFaults:
         autoscaler: Autoscaler | None = None,
         transfers: Disaggregation | None = None,
         pools: list[str] | None = None,
+        spot: Sequence[int] = (),
     ) -> None:
         """``gpus[i]``: replica ``i``'s GPUs (its failure rate's multiple); ``new_engines(i)``:
         fresh engines for replica ``i`` when it comes back. ``autoscaler``: the fleet's, which
         replaces lost replicas and adds its own; ``transfers``: a disaggregated fleet's, and
-        ``pools`` each replica's pool (module docstring)."""
+        ``pools`` each replica's pool (module docstring). ``spot``: the replicas bought spot,
+        reclaimed at random from the start when ``spot_reclaims_per_h`` is set; on an
+        autoscaled fleet only ``cost.tier=spot`` buys spot, so the replicas it adds are spot
+        too."""
         self.cluster = cluster
+        self.seed = seed
         self.env = cluster.env
         self.config = config
         self.new_engines = new_engines
@@ -146,6 +158,10 @@ class FleetFaults:
             )
         if autoscaler is not None:
             autoscaler.watch(self._fleet_changed)
+        self._added_are_spot = autoscaler is not None and bool(spot)
+        if config.random_reclaims:
+            for replica_id in spot:
+                self.start_spot_reclaims(replica_id)
 
     def state(self, replica_id: int) -> str:
         """``up``, ``draining``, ``down`` or ``gone``."""
@@ -170,6 +186,8 @@ class FleetFaults:
             self._outage.append(None)
             self.log.add_replica(now)
             self._fail_at_random(replica_id, self.autoscaler.variant_of(replica_id).gpus)
+            if self.config.random_reclaims and self._added_are_spot:
+                self.start_spot_reclaims(replica_id)
         elif event == "released":
             assert replica_id is not None
             self._state[replica_id] = GONE
@@ -214,6 +232,26 @@ class FleetFaults:
                 continue
             yield timeout_at(env, env.now + repair_s)
             self._back(replica_id, event)
+
+    def start_spot_reclaims(self, replica_id: int) -> None:
+        """Replica ``replica_id``'s random spot reclaims, from now (the run's start, or when a
+        spot replica joins the fleet), until the run's last request ended. Once per replica:
+        its draws are its stream's from the first."""
+        assert self.config.spot_reclaims_per_h, "faults.spot_reclaims_per_h is set"
+        self.env.process(self._random_reclaims(replica_id, self.config.spot_reclaims_per_h))
+
+    def _random_reclaims(
+        self, replica_id: int, per_hour: float
+    ) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        draws = rng.stream(self.seed, f"faults.reclaim.{replica_id}")
+        mean_s = HOUR_S / per_hour
+        notice_s, replace_s = self.config.spot_notice_s, self.config.spot_replace_s
+        while not self.cluster.finished():
+            yield timeout_at(env, env.now + float(draws.exponential(mean_s)))
+            if self.cluster.finished():
+                return
+            self._notice(replica_id, notice_s, replace_s, None)  # (none unless it is up)
 
     def _repair_s(self, draws: np.random.Generator) -> float:
         mean_s = self.config.repair_h * HOUR_S

@@ -239,6 +239,7 @@ class FaultLog:
             "gpu_mtbf_h": config.gpu_mtbf_h,
             "repair": config.repair,
             "repair_h": config.repair_h,
+            "spot_reclaims_per_h": config.spot_reclaims_per_h,
             "availability": self.availability(start_s, end_s),
             "replica_hours_planned": planned_h,
             "replica_hours_down": self.down_s(start_s, end_s) / HOUR_S,

@@ -30,6 +30,7 @@ FAULTS_OFF = (
     "faults.schedule=[]",
     "faults.maintenance=[]",
     "faults.spot=[]",
+    "faults.spot_reclaims_per_h=null",
 )
 
 

@@ -21,6 +21,8 @@ the simulator before, never by simulating again.
 - ``costs``: cost per candidate with its interval, cheapest first (a sweep's within each
   traffic);
 - ``scaling``: the fleet over the day: ``scaling.parquet`` and a day plan's three answers;
+- ``faults``: the fleet under faults: replicas up, draining and down over a run with its fault
+  events marked (``faults.parquet``), their table by kind, and a summary's ``faults`` block;
 - ``assumptions``: the table of what the figures assume (model, GPU, the scheduler and router
   by their config names, step-time model and its measured error, prices with their source,
   versions, commands);

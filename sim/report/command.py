@@ -6,13 +6,15 @@ Each report has the same order: the answer in one paragraph, the figures the inp
 the tables behind them, and the assumptions. What each kind of folder shows:
 
 - a run: its workload; KV cache and running requests; the fleet over time
-  (``scaling.parquet``), and its latency table;
+  (``scaling.parquet``); with faults, its replicas up, draining and down with the faults
+  marked, and their table by kind (``faults.parquet``); and its latency table;
 - a sweep: latency against load; cost per point; the chosen run's workload (and KV cache
   while its folder is there), and the table of points; costs ranked within each traffic
   (``sim.report.answer.traffic_groups``), each traffic headed by its settings;
 - a plan: latency against load with the knee and the operating point; cost per candidate,
-  and the table of candidates; a capacity plan (``plan.solve=max_rate``): each SLO statistic
-  against load with its bound and the capacity found, and the rate multiples tried;
+  and the table of candidates; the chosen run's ``faults`` block, when it had faults; a
+  capacity plan (``plan.solve=max_rate``): each SLO statistic against load with its bound and
+  the capacity found, and the rate multiples tried;
 - a day plan: the replicas and $/hour of each answer over the day; hourly SLO attainment; the
   chosen answer's workload and KV cache, and the tables of answers and periods.
 
@@ -37,6 +39,8 @@ from sim.report.document import Document, Heading, Paragraph, Table, write_repor
 from sim.report.plotting import REPORT_EXTRA
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sim.report.inputs import DayPlanInput, PlanInput, ReportInput, RunInput, SweepInput
 
 
@@ -59,7 +63,7 @@ def latency_table(summary: dict) -> Table:
 
 
 def run_figures(doc: Document, run: RunInput, suffix: str = "") -> None:
-    """The figures of one run folder: workload, KV cache, the fleet over time."""
+    """The figures of one run folder: workload, KV cache, the fleet over time, its faults."""
     # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
     from sim.report import kv_use, scaling, traffic
 
@@ -83,6 +87,32 @@ def run_figures(doc: Document, run: RunInput, suffix: str = "") -> None:
         )
         doc.add(Paragraph(f"No KV-cache figure: {why}."))
     doc.add(scaling.scaling_figure(changes, run.summary, f"scaling{suffix}"))
+    faults_figures(doc, run, requests, suffix)
+
+
+def faults_figures(
+    doc: Document, run: RunInput, requests: pd.DataFrame | None, suffix: str = ""
+) -> None:
+    """A run with faults (``faults.parquet``): its fleet over time with the faults marked,
+    and their table by kind; nothing for a run without."""
+    # imported here: pandas and seaborn, the report extra (~600 ms of CPU), checked in main
+    from sim.report import faults
+
+    events = run.faults()
+    if events is None:
+        return
+    arrivals = None if requests is None else requests["arrival_time_s"].to_numpy(float)
+    start_s, end_s = faults.run_span(arrivals, run.summary)
+    # the events that began within the run, as the summary counts them
+    events = events[events["start_s"] <= end_s]
+    doc.add(Heading("Faults", level=3))
+    if len(events) == 0:
+        doc.add(Paragraph("Faults were on, and none came within the run."))
+        return
+    doc.add(
+        faults.faults_figure(events, run.summary, start_s, end_s, f"faults{suffix}"),
+        faults.kinds_table(events, start_s, end_s),
+    )
 
 
 def assumptions_section(
@@ -188,6 +218,12 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
     ]
     if infeasible:
         doc.add(Paragraph(f"Infeasible: {'; '.join(infeasible)}."))
+    if chosen is not None and chosen.summary.get("faults") is not None:
+        # imported here: pandas, the report extra, checked in main
+        from sim.report.faults import block_table
+
+        whose = f"{whose_best(best)} (its first replication)"
+        doc.add(Heading("Faults"), block_table(chosen.summary, whose))
     if plan.day_plan is not None:
         doc.add(
             Paragraph(
@@ -196,8 +232,12 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
                 "that produced it is the day plan's."
             )
         )
-    whose = f" of {best['candidate']} at {best['replicas']} replica(s)" if best else ""
-    assumptions_section(doc, chosen, plan.command, report_command, plan.version, whose)
+    assumptions_section(doc, chosen, plan.command, report_command, plan.version, whose_best(best))
+
+
+def whose_best(best: dict | None) -> str:
+    """`` of CANDIDATE at N replica(s)``: which run of a plan is its answer's."""
+    return f" of {best['candidate']} at {best['replicas']} replica(s)" if best else ""
 
 
 def sweep_document(doc: Document, sweep: SweepInput, report_command: str) -> None:

@@ -8,8 +8,8 @@ PATH is one of (the first that matches):
   (``DAYPLAN/periods/START-END/``) is a plan whose simulations live in the day plan's
   ``runs/`` and whose command is the day plan's: both are looked for two levels up;
 - a run: ``summary.json``, ``config.yaml``, ``requests.parquet``, ``steps.parquet`` and, for a
-  fleet that scaled, ``scaling.parquet``; a folder with ``config.yaml`` but no
-  ``summary.json`` is a run that did not finish, and is refused;
+  fleet that scaled, ``scaling.parquet``, for one with faults, ``faults.parquet``; a folder
+  with ``config.yaml`` but no ``summary.json`` is a run that did not finish, and is refused;
 - a collected sweep: ``SWEEP/collected/runs.parquet`` (``fleetcast collect SWEEP``), given as
   ``SWEEP`` or ``SWEEP/collected``; its run folders are read too while they are there.
 
@@ -42,6 +42,7 @@ import yaml
 
 from sim.output.run_files import (
     CONFIG_FILE,
+    FAULTS_FILE,
     REQUESTS_FILE,
     SCALING_FILE,
     STEPS_FILE,
@@ -118,6 +119,10 @@ class RunInput:
 
     def scaling(self) -> pd.DataFrame | None:
         return _parquet(self.path / SCALING_FILE)
+
+    def faults(self) -> pd.DataFrame | None:
+        """``faults.parquet``: the run's fault events, when it had faults on."""
+        return _parquet(self.path / FAULTS_FILE)
 
     @property
     def command(self) -> str | None:

@@ -79,7 +79,16 @@ SUMMARY_SHAPE: dict[str, Any] = {
     "prefix_cache": MAPPING,
     "failed": COUNT,
     "failed_by_reason": MAPPING,
-    "faults": MAPPING,
+    "faults": {
+        "availability": NUMBER,
+        "replica_hours_planned": NUMBER,
+        "replica_hours_down": NUMBER,
+        **dict.fromkeys(("failures", "maintenance", "spot_reclaims"), COUNT),
+        **dict.fromkeys(("requests_retried", "retries", "failed"), COUNT),
+        "degraded_s": NUMBER,
+        "degraded": MAPPING,
+        "failed_by_reason": MAPPING,
+    },
 }
 # the keys every summary.json has (the output contract, docs/reference: the summary's keys)
 SUMMARY_KEYS = (
