@@ -70,9 +70,10 @@ from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
-from sim.plan.searches import plan_candidates
+from sim.plan.searches import FAULTS_OFF, plan_candidates
 from sim.plan.settings import MAX_RATE, PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
+from sim.plan.spares import replica_tiers
 from sim.run import simulate
 
 __all__ = ["PlanConfig", "Prepared", "execute", "load_plan", "main", "prepare", "run_plan"]
@@ -92,6 +93,13 @@ def prepare(overrides: list[str]) -> Prepared:
     )
     cfg = compose_config(base)
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
+    spared = plan.faults.availability is not None
+    require(
+        not spared or plan.solve != MAX_RATE,
+        "plan.faults.availability",
+        plan.faults.availability,
+        "plan.solve=max_rate answers for the fleet as given: spares are a cheapest_fleet answer's",
+    )
     if plan.solve == MAX_RATE:
         return _prepare_capacity(plan, base, cfg, seed)
     closed = cfg["workload"].get("kind") == "closed_loop"
@@ -104,6 +112,10 @@ def prepare(overrides: list[str]) -> Prepared:
     each = every_candidate(plan.grid, plan.candidates)
     # every candidate's overrides checked and composed before any simulation runs
     fewest = checked_fewest(base, each, compose_config)
+    spares = _spares(plan, base, each)
+    if spares is not None:
+        # N is the load's, with faults off; k comes from the rates (sim.plan.spares)
+        base = [*base, *FAULTS_OFF]
     day = plan.day.periods is not None  # (its first period's workload for the example run)
     for least in fewest:
         require(
@@ -125,7 +137,20 @@ def prepare(overrides: list[str]) -> Prepared:
         cfg["workload"] if day else None,
         fewest,
         model_errors=_model_errors(plan, base, each),
+        spares=spares,
     )
+
+
+def _spares(plan: PlanConfig, base: list[str], each: list[list[str]]) -> list[dict[str, Any]] | None:
+    """``plan.faults.availability``: each candidate's replica as its spares are weighed
+    (``replica_tiers``: its GPUs, each tier's price and unavailability); None: off.
+    ConfigError without a failure rate, or for a tier without a price."""
+    if plan.faults.availability is None:
+        return None
+    return [
+        replica_tiers(compose_config([*base, *candidate]), plan.faults.tiers)
+        for candidate in each
+    ]
 
 
 def _model_errors(

@@ -25,14 +25,26 @@ draws would almost never hold one, and replications could not resolve a probabil
 The latency at each replica count is the plan's own search; this module supplies the chance of
 being at each count. What it leaves out: the seconds after a failure, while the failed replica's
 requests are retried on the others (a fault simulation, ``faults.*``, shows them).
+
+A plan (``plan.faults.availability``, docs/how-to/faults.md) takes each candidate's replica
+as ``replica_tiers`` finds it in its composed config (its GPUs, each tier's price, the
+failure, repair and spot reclaim rates) before its searches run, and ``spares_json`` answers
+with the cheapest N + k once the faults-off search has found N.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from sim.catalog.hardware import GPU
+from sim.config.schema import CostConfig
+from sim.config.validation import validate
 from sim.errors import ConfigError, require
+from sim.output.cost import gpu_price, tier_price
+
+_SECONDS_PER_HOUR = 3600.0
 
 
 def replica_unavailability(
@@ -193,3 +205,122 @@ def _mixes(total: int, kinds: int) -> list[tuple[int, ...]]:
         for first in range(total, -1, -1)
         for rest in _mixes(total - first, kinds - 1)
     ]
+
+
+# -- a plan's spares (plan.faults.*) ------------------------------------------------------------
+
+
+def replica_tiers(cfg: Mapping[str, Any], tiers: Sequence[str] | None) -> dict[str, Any]:
+    """A candidate's replica as its spares are weighed, from its composed config: its GPUs,
+    the fault rates, and for each tier to mix (``tiers``; None: the run's own price, named by
+    its tier, ``on_demand`` for the catalog's list price) its $/hour and its unavailability
+    (``replica_unavailability``; a spot replica also down from a reclaim's notice,
+    ``faults.spot_notice_s``, to its replacement, ``faults.spot_replace_s`` after the loss or
+    ``faults.repair_h`` without one, at ``faults.spot_reclaims_per_h``). JSON-able (a plan's
+    request file keeps it: its searches run where no config is composed). ConfigError without
+    a GPU failure rate, for a fleet whose tiers are fixed (``fleet.tiers``) and for a
+    disaggregated fleet."""
+    faults = cfg.get("faults") or {}
+    mtbf = faults.get("gpu_mtbf_h")
+    require(
+        bool(mtbf),
+        "faults.gpu_mtbf_h",
+        mtbf,
+        "plan.faults.availability needs the GPUs' failure rate: give faults.gpu_mtbf_h "
+        "(e.g. 50000, docs/how-to/faults.md)",
+    )
+    fleet = cfg["fleet"]
+    require(
+        not fleet.get("tiers"),
+        "fleet.tiers",
+        fleet.get("tiers"),
+        "plan.faults.availability chooses the N + k replicas' tiers: give the tiers to mix as "
+        "plan.faults.tiers",
+    )
+    mode = (cfg.get("placement") or {}).get("mode")
+    require(
+        mode != "disaggregated",
+        "placement",
+        mode,
+        "plan.faults.availability plans the spares of a fleet of one pool",
+    )
+    gpus = int(fleet.get("tp", 1)) * int(fleet.get("pp", 1))
+    repair_h = float(faults.get("repair_h", 4.0))
+    # spot reclaims (faults.spot_reclaims_per_h, where the config has the key): the replica is
+    # out from the notice (it takes no new requests) to the replacement
+    reclaims = float(faults.get("spot_reclaims_per_h") or 0.0)
+    replace_s = faults.get("spot_replace_s")
+    reclaim_down_h = float(faults.get("spot_notice_s") or 0.0) / _SECONDS_PER_HOUR + (
+        repair_h if replace_s is None else float(replace_s) / _SECONDS_PER_HOUR
+    )
+    gpu = GPU.from_config(cfg["hardware"])
+    cost = validate(CostConfig, cfg.get("cost") or {}, "cost")
+    if tiers is None:
+        price, tier, _ = gpu_price(cost, gpu)
+        prices = {tier or cost.tier or "on_demand": price}
+    else:
+        prices = {t: tier_price(cost, gpu, t, "plan.faults.tiers")[0] for t in tiers}
+    return {
+        "gpus_per_replica": gpus,
+        "gpu_mtbf_h": float(mtbf),
+        "repair_h": repair_h,
+        "spot_reclaims_per_h": reclaims,
+        "spot_down_h": reclaim_down_h,
+        "tiers": {
+            name: {
+                "usd_per_hour": price * gpus,
+                "unavailability": replica_unavailability(
+                    gpus,
+                    float(mtbf),
+                    repair_h,
+                    reclaims if name == "spot" else 0.0,
+                    reclaim_down_h if name == "spot" else 0.0,
+                ),
+            }
+            for name, price in prices.items()
+        },
+    }
+
+
+def spares_json(
+    needed: int, replica: Mapping[str, Any], availability: float, max_spares: int
+) -> dict[str, Any]:
+    """``plan.json``'s ``spares`` block of an answer whose load needs ``needed`` replicas:
+    the availability asked and reached, each tier's replica up-probability, the spares, the
+    cheapest tier mix and its $/hour, and the probability with no spares; a target out of
+    reach within ``max_spares`` gives the reason instead (``refused``) and no spares."""
+    tiers = {name: Tier(**t) for name, t in replica["tiers"].items()}
+    out: dict[str, Any] = {
+        "availability": availability,
+        "replica_up_probability": {name: 1.0 - t.unavailability for name, t in tiers.items()},
+        "gpus_per_replica": replica["gpus_per_replica"],
+        "gpu_mtbf_h": replica["gpu_mtbf_h"],
+        "repair_h": replica["repair_h"],
+        "spot_reclaims_per_h": replica["spot_reclaims_per_h"],
+    }
+    try:
+        found = cheapest_spares(needed, tiers, availability, max_spares)
+    except ConfigError as err:
+        return {**out, "spares": None, "refused": str(err)}
+    return {
+        **out,
+        "spares": found.spares,
+        "reached": found.probability,
+        "without_spares": found.without,
+        "by_tier": dict(found.by_tier),
+        "usd_per_hour": found.usd_per_hour,
+    }
+
+
+def spares_text(load: int, block: Mapping[str, Any]) -> str:
+    """``N = 3 for the load, k = 1 for failures at these rates: P(>= 3 up) = 0.999408 >=
+    0.999 (with no spares 0.970299); 4 x on_demand, $11.96/hour``."""
+    asked = block["availability"]
+    if block.get("spares") is None:
+        return f"N = {load} for the load; no k: {block.get('refused', '')}"
+    mix = " + ".join(f"{n} x {tier}" for tier, n in block["by_tier"].items())
+    return (
+        f"N = {load} for the load, k = {block['spares']} for failures at these rates: "
+        f"P(>= {load} up) = {block['reached']:.6f} >= {asked:g} (with no spares "
+        f"{block['without_spares']:.6f}); {mix}, ${block['usd_per_hour']:,.2f}/hour"
+    )
