@@ -91,6 +91,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "plan.replications",
         "plan.runs",
         "plan.rounds",
+        "plan.spares",  # a plan answer's spares (N + k) in words, as the plan prints them
     },
 }
 ANYTHING = {"run", "cli", "__main__", "__init__"}

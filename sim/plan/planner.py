@@ -70,7 +70,7 @@ from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
-from sim.plan.searches import FAULTS_OFF, plan_candidates
+from sim.plan.searches import plan_candidates
 from sim.plan.settings import MAX_RATE, PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
 from sim.plan.spares import replica_tiers
@@ -113,9 +113,6 @@ def prepare(overrides: list[str]) -> Prepared:
     # every candidate's overrides checked and composed before any simulation runs
     fewest = checked_fewest(base, each, compose_config)
     spares = _spares(plan, base, each)
-    if spares is not None:
-        # N is the load's, with faults off; k comes from the rates (sim.plan.spares)
-        base = [*base, *FAULTS_OFF]
     day = plan.day.periods is not None  # (its first period's workload for the example run)
     for least in fewest:
         require(
@@ -141,15 +138,16 @@ def prepare(overrides: list[str]) -> Prepared:
     )
 
 
-def _spares(plan: PlanConfig, base: list[str], each: list[list[str]]) -> list[dict[str, Any]] | None:
+def _spares(
+    plan: PlanConfig, base: list[str], each: list[list[str]]
+) -> list[dict[str, Any]] | None:
     """``plan.faults.availability``: each candidate's replica as its spares are weighed
     (``replica_tiers``: its GPUs, each tier's price and unavailability); None: off.
     ConfigError without a failure rate, or for a tier without a price."""
     if plan.faults.availability is None:
         return None
     return [
-        replica_tiers(compose_config([*base, *candidate]), plan.faults.tiers)
-        for candidate in each
+        replica_tiers(compose_config([*base, *candidate]), plan.faults.tiers) for candidate in each
     ]
 
 

@@ -34,6 +34,13 @@ FAULTS_OFF = (
 )
 
 
+def without_faults(prepared: Prepared) -> list[str]:
+    """The base overrides a plan simulates: with its spares computed
+    (``plan.faults.availability``), its faults off (``FAULTS_OFF``), so that the count found
+    is the load's N and the rates give k; otherwise as given."""
+    return [*prepared.base, *FAULTS_OFF] if prepared.spares is not None else prepared.base
+
+
 def plan_candidate(
     candidate: list[str],
     sims: Simulations,
@@ -190,7 +197,7 @@ def plan_candidates(
     errors = [None] * len(each) if given is None else [ModelError.from_json(g) for g in given]
     with _Progress(len(each), progress) as bar:
         rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
-        sims = Simulations(prepared.base, prepared.seed, rounds)
+        sims = Simulations(without_faults(prepared), prepared.seed, rounds)
 
         def one(
             candidate: list[str],
@@ -202,7 +209,9 @@ def plan_candidates(
             bar.done(answer)
             return answer
 
-        replicas = prepared.spares or [None] * len(each)
+        replicas: list[dict[str, Any] | None] = (
+            list(prepared.spares) if prepared.spares is not None else [None] * len(each)
+        )
         ordered = rounds.run(
             [partial(one, *c) for c in zip(each, fewest, errors, replicas, strict=True)]
         )

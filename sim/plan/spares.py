@@ -221,7 +221,7 @@ def replica_tiers(cfg: Mapping[str, Any], tiers: Sequence[str] | None) -> dict[s
     a GPU failure rate, for a fleet whose tiers are fixed (``fleet.tiers``) and for a
     disaggregated fleet."""
     faults = cfg.get("faults") or {}
-    mtbf = faults.get("gpu_mtbf_h")
+    mtbf: float | None = faults.get("gpu_mtbf_h")
     require(
         bool(mtbf),
         "faults.gpu_mtbf_h",
@@ -229,6 +229,7 @@ def replica_tiers(cfg: Mapping[str, Any], tiers: Sequence[str] | None) -> dict[s
         "plan.faults.availability needs the GPUs' failure rate: give faults.gpu_mtbf_h "
         "(e.g. 50000, docs/how-to/faults.md)",
     )
+    assert mtbf is not None  # (the require above)
     fleet = cfg["fleet"]
     require(
         not fleet.get("tiers"),
@@ -254,7 +255,7 @@ def replica_tiers(cfg: Mapping[str, Any], tiers: Sequence[str] | None) -> dict[s
         repair_h if replace_s is None else float(replace_s) / _SECONDS_PER_HOUR
     )
     gpu = GPU.from_config(cfg["hardware"])
-    cost = validate(CostConfig, cfg.get("cost") or {}, "cost")
+    cost: CostConfig = validate(CostConfig, cfg.get("cost") or {}, "cost")
     if tiers is None:
         price, tier, _ = gpu_price(cost, gpu)
         prices = {tier or cost.tier or "on_demand": price}
