@@ -219,7 +219,7 @@ def plan_candidates(
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,
         "max_miss_probability": plan.max_miss_probability,
-        "base_overrides": prepared.base,
+        "base_overrides": sims.base,  # (as simulated: faults off with computed spares)
         "seed": prepared.seed,
         "candidates": [answer_json(a, plan) for a in ordered],
     }

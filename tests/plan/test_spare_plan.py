@@ -19,6 +19,7 @@ from sim.errors import ConfigError
 from sim.plan.answer import ranked_table
 from sim.plan.day import day_table
 from sim.plan.planner import Prepared, prepare, run_plan
+from sim.plan.searches import FAULTS_OFF
 from sim.plan.spares import (
     Tier,
     cheapest_spares,
@@ -27,7 +28,8 @@ from sim.plan.spares import (
     spares_json,
 )
 from sim.report.answer import plan_answer
-from sim.report.inputs import PlanInput
+from sim.report.costs import plan_costs
+from sim.report.inputs import PlanInput, read_input, searched_replicas
 from tests.scenarios import QUICK_DAY_PLAN
 
 # the M/D/1 fleet of tests/plan/test_fault_plan.py: one request at a time, 10 ms each, 120
@@ -71,12 +73,13 @@ def test_three_needed_at_one_percent_down_take_one_spare(tmp_path):
     assert spares["by_tier"] == {"on_demand": 4}
     assert answer["usd_per_hour"] == pytest.approx(4 * 2.99) == spares["usd_per_hour"]
     # N is the faults-off search's: 2 replicas miss, 3 meet, and no simulation had faults
-    # (a summary has a faults block only with them); the base overrides are as given
+    # (a summary has a faults block only with them)
     decided = {p["replicas"]: p["decision"] for p in answer["evaluated"]}
     assert (decided[2], decided[3]) == ("misses", "meets")
     columns = pq.read_schema(Path(folder) / "plan.parquet").names
     assert not [name for name in columns if name.startswith("faults.")]
-    assert plan_json["base_overrides"] == [o for o in MD1 + ONE_PERCENT if "plan." not in o]
+    given = [o for o in MD1 + ONE_PERCENT if "plan." not in o]
+    assert plan_json["base_overrides"] == [*given, *FAULTS_OFF]  # (as simulated)
     assert "no faults" not in answer["whatifs"]
     line = (
         "N = 3 for the load, k = 1 for failures at these rates: P(>= 3 up) = 0.999408 >= 0.999 "
@@ -86,6 +89,15 @@ def test_three_needed_at_one_percent_down_take_one_spare(tmp_path):
     assert plan_answer(PlanInput(folder, plan_json, None, None), None).endswith(
         f"Spare capacity: {line}."
     )
+    # the report finds N's simulations and bills them as N + k
+    plan = read_input(Path(folder))
+    assert isinstance(plan, PlanInput) and searched_replicas(answer) == 3
+    chosen = plan.run(answer["overrides"], 3)
+    assert chosen is not None and chosen.summary["num_replicas"] == 3
+    (cost,) = plan_costs(plan.plan, plan.rows)
+    assert (cost.replicas, cost.gpus, cost.usd_per_hour) == (4, 4, pytest.approx(11.96))
+    assert cost.per_million is not None
+    assert cost.per_million.value == pytest.approx(answer["usd_per_million_output_tokens"])
 
 
 def test_the_replicas_tiers_travel_in_the_request_to_hydras_sweeper(tmp_path):
