@@ -37,7 +37,9 @@ highest rate a fleet serves within them), with the uncertainty of each figure.
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``
 (the summary table's number format; ``results``: an hour's latency statistics as a summary
-computes them; ``model_error``: a candidate's step-time error band), ``sim.workload.day``
+computes them; ``model_error``: a candidate's step-time error band; ``cost``: a replica's
+price at each tier its spares weigh), ``sim.catalog.hardware`` (that replica's GPU),
+``sim.workload.day``
 (a day's periods and the workloads that stand for them), and SciPy (t quantiles).
 """
 

@@ -21,6 +21,10 @@ period, and three fleets for the day:
   carry). Scale ``autoscale.interval_s`` and ``scale_down_window_s`` with the workload's
   ``time_compression``: they are simulated seconds.
 
+With ``plan.faults.availability``, each period's answer is N + k (``sim.plan.spares``): its
+load's N and the spares that keep N serving at the failure rates; ``day_plan.json``'s periods
+carry both, and the day's fleets run with the k replicas and faults off.
+
 Each is simulated over the whole day into ``answers/NAME/`` (a run folder with
 ``scaling.parquet``), as a job of the plan's launcher, and reported in ``day_plan.json`` with
 its cost per day, GPU-hours and SLO attainment per hour of day with a Wilson interval.

@@ -41,6 +41,13 @@ at which it meets every SLO, searched over multiples of the config's rate from 1
 (``sim.plan.capacity``); ``plan.json`` holds it as ``capacity``, and the answer printed says
 how the search ended. It has no what-ifs or headroom.
 
+With ``plan.faults.availability`` (and ``faults.gpu_mtbf_h``, ``faults.repair_h``), the
+searches run with faults off, so each answer's count is the load's N, and its spares k are
+computed exactly from the rates (``sim.plan.spares``): the fewest, at the cheapest mix of
+``plan.faults.tiers``, that keep N up with that probability. Each candidate's replica (its
+GPUs, each tier's price and unavailability) is found here, with the configs composed, and
+kept in ``plan_request.json``; the answer's ``replicas`` and $/hour are N + k's.
+
 The searches run side by side and their simulations go out in rounds (``sim.plan.rounds``):
 the command as a Hydra multirun whose sweeper is the plan, each simulation a job of the chosen
 launcher (``hydra/launcher=...``: local cores by default, a Ray cluster), as a sweep's jobs;
