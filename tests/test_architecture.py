@@ -74,6 +74,10 @@ MAY_IMPORT: dict[str, set[str]] = {
         "output.results",
         # the step-time model's error band of a candidate's class
         "output.model_error",
+        # a candidate's replica priced at each tier its spares weigh (plan.faults.tiers), as a
+        # run prices it: its GPU and the price list (sim.plan.spares)
+        "catalog.hardware",
+        "output.cost",
     },
     # fleetcast report reads files: run folders (their names), a sweep's SLO attainment as it is
     # ranked, a plan's SLO grammar, intervals and run folder names; never engine/ or fleet/
@@ -87,6 +91,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "plan.replications",
         "plan.runs",
         "plan.rounds",
+        "plan.spares",  # a plan answer's spares (N + k) in words, as the plan prints them
     },
 }
 ANYTHING = {"run", "cli", "__main__", "__init__"}

@@ -31,11 +31,15 @@ highest rate a fleet serves within them), with the uncertainty of each figure.
   peak's, the seasonal plan, an autoscaled one) each simulated whole (``day_plan.json``);
 - ``hourly``: a day's answer hour by hour: SLO attainment with Wilson intervals, and the plan's
   own SLO statistics over each hour's requests.
+- ``spares``: the spare replicas (N + k) that keep N serving with a given probability at given
+  failure, repair and reclaim rates, and the cheapest mix of price tiers that does.
 
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``
 (the summary table's number format; ``results``: an hour's latency statistics as a summary
-computes them; ``model_error``: a candidate's step-time error band), ``sim.workload.day``
+computes them; ``model_error``: a candidate's step-time error band; ``cost``: a replica's
+price at each tier its spares weigh), ``sim.catalog.hardware`` (that replica's GPU),
+``sim.workload.day``
 (a day's periods and the workloads that stand for them), and SciPy (t quantiles).
 """
 

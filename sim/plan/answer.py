@@ -18,6 +18,7 @@ from sim.output.summary_table import _num
 from sim.plan.files import simulation_columns, slo_json
 from sim.plan.replications import Point
 from sim.plan.settings import PlanConfig
+from sim.plan.spares import spares_text
 
 if TYPE_CHECKING:  # (an answer's headroom to the SLO is a capacity search's result)
     from sim.plan.capacity import Capacity
@@ -58,6 +59,9 @@ class Answer:
     slo_headroom: Capacity | None = None
     # plan.model_error=measured: the class and band its model-error searches used
     model_error: ModelError | None = None
+    # plan.faults.availability: plan.json's spares block (sim.plan.spares.spares_json); the
+    # count searched (replicas) is then the load's N, without faults
+    spares: dict[str, Any] | None = None
 
     @property
     def chosen(self) -> Point | None:
@@ -162,12 +166,34 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
         if answer.model_error is not None:
             out["model_error"] = model_error_json(answer.model_error, answer.whatifs)
         out["slo"] = slo_json(chosen, plan.confidence)
+        if answer.spares is not None:
+            _with_spares(out, answer.spares)
         spare = spare_capacity(out)
         if spare is not None:
             faults = chosen.summaries[0]["faults"]
             keys = ("gpu_mtbf_h", "repair", "repair_h", "on_failure")
             out.update(spare, faults={key: faults[key] for key in keys})
     return out
+
+
+def _with_spares(out: dict[str, Any], spares: dict[str, Any]) -> None:
+    """An answer's ``plan.json`` entry with its spares (``plan.faults.availability``): the load's
+    N as ``load_replicas``, k as ``spare_replicas``, the fleet to run, N + k, as ``replicas``,
+    billed at its tier mix's $/hour (``usd_per_hour``; the $ per million output tokens scaled
+    alike: the same tokens, the spares' bill added), and the ``spares`` block. A target out of
+    reach leaves the answer at N, its spares None and the reason in the block."""
+    load = out["replicas"]
+    out["load_replicas"], out["spares"] = load, spares
+    k = spares.get("spares")
+    out["spare_replicas"] = k
+    if k is None:
+        return
+    out["replicas"] = load + k
+    scale = spares["usd_per_hour"] / out["usd_per_hour"] if out["usd_per_hour"] else None
+    per_million = out["usd_per_million_output_tokens"]
+    out["usd_per_hour"] = spares["usd_per_hour"]
+    if per_million is not None and scale is not None:
+        out["usd_per_million_output_tokens"] = per_million * scale
 
 
 def model_error_json(
@@ -282,7 +308,9 @@ def ranked_table(plan_json: dict[str, Any]) -> str:
         if "model_error" in c:
             count = partial(_count, pools=pools)
             lines.append("       model error: " + model_error_text(c["model_error"], count))
-        if "spare_replicas" in c:
+        if "spares" in c:
+            lines.append("       faults: " + spares_text(c["load_replicas"], c["spares"]))
+        elif "spare_replicas" in c:
             lines.append("       faults: " + spare_text(c))
     for c in plan_json["candidates"]:
         if not c["feasible"]:

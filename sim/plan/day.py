@@ -21,6 +21,10 @@ period, and three fleets for the day:
   carry). Scale ``autoscale.interval_s`` and ``scale_down_window_s`` with the workload's
   ``time_compression``: they are simulated seconds.
 
+With ``plan.faults.availability``, each period's answer is N + k (``sim.plan.spares``): its
+load's N and the spares that keep N serving at the failure rates; ``day_plan.json``'s periods
+carry both, and the day's fleets run with the k replicas and faults off.
+
 Each is simulated over the whole day into ``answers/NAME/`` (a run folder with
 ``scaling.parquet``), as a job of the plan's launcher, and reported in ``day_plan.json`` with
 its cost per day, GPU-hours and SLO attainment per hour of day with a Wilson interval.
@@ -45,7 +49,7 @@ from sim.config.workload_schema import DailyWorkload
 from sim.errors import ConfigError, require
 from sim.plan.hourly import HOURS, hourly_attainment
 from sim.plan.runs import Job
-from sim.plan.searches import plan_candidates
+from sim.plan.searches import plan_candidates, without_faults
 from sim.plan.settings import DayPlanConfig, Prepared, load_plan
 from sim.workload.day import hourly_rates, period_workload, split_day
 
@@ -174,6 +178,7 @@ def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
             prepared.seed,
             prepared.candidates,
             folder / entry["folder"],
+            spares=prepared.spares,
         )
         answers = [c for c in plan_candidates(sub, launch, progress)["candidates"] if c["feasible"]]
         if not answers:
@@ -189,7 +194,8 @@ def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
         entry.update(usd_per_hour=cheapest)
         chosen.append(entry)
     peak = _settle(chosen)
-    runs = _answer_overrides(prepared.base, spec, chosen, peak, prepared, settings, day)
+    # the day's answers simulated as the periods were: without faults where spares stand in
+    runs = _answer_overrides(without_faults(prepared), spec, chosen, peak, prepared, settings, day)
     # the three days, as jobs of the plan's launcher, each into its own run folder
     jobs = [
         Job((*overrides, f"output_dir={folder / 'answers' / name}"))
@@ -217,6 +223,8 @@ def _settle(chosen: list[dict[str, Any]]) -> dict[str, Any]:
         tied = entry.pop("tied")
         best = next((c for c in tied if c["overrides"] == peak_candidate), tied[0])
         entry.update(candidate=best["overrides"], replicas=best["replicas"])
+        if "load_replicas" in best:  # plan.faults.availability: N for the load, k spares
+            entry.update(load_replicas=best["load_replicas"], spare_replicas=best["spare_replicas"])
     return peak
 
 
@@ -281,7 +289,7 @@ def _answer_overrides(
     if "target" not in given and given["policy"] == "rate":
         # over the periods the peak's candidate answered: what it was verified to carry
         given["target"] = max(
-            e["rate_rps"] / e["replicas"]
+            e["rate_rps"] / e.get("load_replicas", e["replicas"])  # (spares carry none)
             for e in chosen
             if e["usd_per_hour"] is not None and e["candidate"] == peak["candidate"]
         )
@@ -347,9 +355,12 @@ def _day_json(
                     "rate_rps",
                     "candidate",
                     "replicas",
+                    "load_replicas",
+                    "spare_replicas",
                     "usd_per_hour",
                     "folder",
                 )
+                if k in p
             }
             for p in chosen
         ],
@@ -372,9 +383,9 @@ def _command(prepared: Prepared) -> str:
     default = load_plan([])[0].model_dump()
     settings = []
     for key, value in prepared.plan.model_dump().items():
-        if key == "day":
+        if key in ("day", "faults"):  # (one setting at a time: Hydra reads bare keys)
             settings += [
-                f"plan.day.{k}={json.dumps(v)}" for k, v in value.items() if v != default["day"][k]
+                f"plan.{key}.{k}={json.dumps(v)}" for k, v in value.items() if v != default[key][k]
             ]
         elif value != default[key] and key != "output_dir":
             settings.append(f"plan.{key}={json.dumps(value)}")
@@ -391,9 +402,11 @@ def day_table(out: dict[str, Any]) -> str:
     ]
     for p in out["periods"]:
         cost = "-" if p["usd_per_hour"] is None else f"${p['usd_per_hour']:,.2f}/h"
+        spare = p.get("spare_replicas")
+        split = f" (N = {p['load_replicas']} + k = {spare})" if spare is not None else ""
         lines.append(
             f"  {p['start_hour']:02d}-{p['end_hour']:02d} h  peak {p['rate_rps']:.3g} req/s: "
-            f"{p['replicas']} x {' '.join(p['candidate']) or 'base'}  {cost}"
+            f"{p['replicas']} x {' '.join(p['candidate']) or 'base'}{split}  {cost}"
         )
     lines.append(
         f"{'answer':<12}{'$/day':>12}{'GPU-h/day':>11}{'max repl.':>10}"

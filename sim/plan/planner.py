@@ -41,6 +41,13 @@ at which it meets every SLO, searched over multiples of the config's rate from 1
 (``sim.plan.capacity``); ``plan.json`` holds it as ``capacity``, and the answer printed says
 how the search ended. It has no what-ifs or headroom.
 
+With ``plan.faults.availability`` (and ``faults.gpu_mtbf_h``, ``faults.repair_h``), the
+searches run with faults off, so each answer's count is the load's N, and its spares k are
+computed exactly from the rates (``sim.plan.spares``): the fewest, at the cheapest mix of
+``plan.faults.tiers``, that keep N up with that probability. Each candidate's replica (its
+GPUs, each tier's price and unavailability) is found here, with the configs composed, and
+kept in ``plan_request.json``; the answer's ``replicas`` and $/hour are N + k's.
+
 The searches run side by side and their simulations go out in rounds (``sim.plan.rounds``):
 the command as a Hydra multirun whose sweeper is the plan, each simulation a job of the chosen
 launcher (``hydra/launcher=...``: local cores by default, a Ray cluster), as a sweep's jobs;
@@ -73,6 +80,7 @@ from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
 from sim.plan.searches import plan_candidates
 from sim.plan.settings import MAX_RATE, PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
+from sim.plan.spares import replica_tiers
 from sim.run import simulate
 
 __all__ = ["PlanConfig", "Prepared", "execute", "load_plan", "main", "prepare", "run_plan"]
@@ -92,6 +100,13 @@ def prepare(overrides: list[str]) -> Prepared:
     )
     cfg = compose_config(base)
     seed = int(cfg.get("seed", 0)) if plan.seed is None else plan.seed
+    spared = plan.faults.availability is not None
+    require(
+        not spared or plan.solve != MAX_RATE,
+        "plan.faults.availability",
+        plan.faults.availability,
+        "plan.solve=max_rate answers for the fleet as given: spares are a cheapest_fleet answer's",
+    )
     if plan.solve == MAX_RATE:
         return _prepare_capacity(plan, base, cfg, seed)
     closed = cfg["workload"].get("kind") == "closed_loop"
@@ -104,6 +119,7 @@ def prepare(overrides: list[str]) -> Prepared:
     each = every_candidate(plan.grid, plan.candidates)
     # every candidate's overrides checked and composed before any simulation runs
     fewest = checked_fewest(base, each, compose_config)
+    spares = _spares(plan, base, each)
     day = plan.day.periods is not None  # (its first period's workload for the example run)
     for least in fewest:
         require(
@@ -125,7 +141,21 @@ def prepare(overrides: list[str]) -> Prepared:
         cfg["workload"] if day else None,
         fewest,
         model_errors=_model_errors(plan, base, each),
+        spares=spares,
     )
+
+
+def _spares(
+    plan: PlanConfig, base: list[str], each: list[list[str]]
+) -> list[dict[str, Any]] | None:
+    """``plan.faults.availability``: each candidate's replica as its spares are weighed
+    (``replica_tiers``: its GPUs, each tier's price and unavailability); None: off.
+    ConfigError without a failure rate, or for a tier without a price."""
+    if plan.faults.availability is None:
+        return None
+    return [
+        replica_tiers(compose_config([*base, *candidate]), plan.faults.tiers) for candidate in each
+    ]
 
 
 def _model_errors(

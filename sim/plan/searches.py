@@ -23,6 +23,7 @@ from sim.plan.runs import Job, RefusedRun, Simulations
 from sim.plan.search import smallest_meeting
 from sim.plan.settings import PlanConfig, Prepared
 from sim.plan.slo import Constraint, parse
+from sim.plan.spares import spares_json
 
 # overrides that turn every fault off (configs/faults/default.yaml's settings)
 FAULTS_OFF = (
@@ -34,6 +35,13 @@ FAULTS_OFF = (
 )
 
 
+def without_faults(prepared: Prepared) -> list[str]:
+    """The base overrides a plan simulates: with its spares computed
+    (``plan.faults.availability``), its faults off (``FAULTS_OFF``), so that the count found
+    is the load's N and the rates give k; otherwise as given."""
+    return [*prepared.base, *FAULTS_OFF] if prepared.spares is not None else prepared.base
+
+
 def plan_candidate(
     candidate: list[str],
     sims: Simulations,
@@ -41,12 +49,16 @@ def plan_candidate(
     plan: PlanConfig,
     fewest: int = 1,
     model_error: ModelError | None = None,
+    replica: dict[str, Any] | None = None,
 ) -> Answer:
     """The search for one candidate, then its what-ifs and headrooms (to the knee, to the
     SLO) at the answer, side by side (runs in a search thread of ``sim.plan.rounds``).
     ``fewest``: the fewest replicas its fleet can have (``fewest_replicas``); no search asks
     for fewer. ``model_error``: its class and band (``plan.model_error=measured``): the
-    answer searched again at the band's p50 and p90 step-time multiples."""
+    answer searched again at the band's p50 and p90 step-time multiples. ``replica``: its
+    replica as its spares are weighed (``plan.faults.availability``, ``replica_tiers``): the
+    answer's count is the load's N (the simulations run without faults), and its spares k the
+    cheapest that keep N up as often as asked (``spares_json``)."""
 
     def search(extra: list[str], start: int) -> tuple[int | None, dict[int, Point]]:
         def point(replicas: int) -> Point:
@@ -90,6 +102,10 @@ def plan_candidate(
             f"plan.max_replicas={plan.max_replicas} meets every SLO",
         )
     answer = Answer(label, candidate, found, points, "", model_error=model_error)
+    if replica is not None:
+        asked = plan.faults.availability
+        assert asked is not None, "a replica's tiers are found only with an availability"
+        answer.spares = spares_json(found, replica, asked, plan.faults.max_spares)
     whatifs = [f"step_time x{k:g}" for k in plan.step_time_scales] + [
         f"rate x{k:g}" for k in plan.rate_scales
     ]
@@ -182,19 +198,29 @@ def plan_candidates(
     errors = [None] * len(each) if given is None else [ModelError.from_json(g) for g in given]
     with _Progress(len(each), progress) as bar:
         rounds: Rounds[Job] = Rounds(launch, on_round=bar.round)
-        sims = Simulations(prepared.base, prepared.seed, rounds)
+        sims = Simulations(without_faults(prepared), prepared.seed, rounds)
 
-        def one(candidate: list[str], least: int, error: ModelError | None) -> Answer:
-            answer = plan_candidate(candidate, sims, constraints, plan, least, error)
+        def one(
+            candidate: list[str],
+            least: int,
+            error: ModelError | None,
+            replica: dict[str, Any] | None,
+        ) -> Answer:
+            answer = plan_candidate(candidate, sims, constraints, plan, least, error, replica)
             bar.done(answer)
             return answer
 
-        ordered = rounds.run([partial(one, *c) for c in zip(each, fewest, errors, strict=True)])
+        replicas: list[dict[str, Any] | None] = (
+            list(prepared.spares) if prepared.spares is not None else [None] * len(each)
+        )
+        ordered = rounds.run(
+            [partial(one, *c) for c in zip(each, fewest, errors, replicas, strict=True)]
+        )
     plan_json = {
         "slo": [str(c) for c in constraints],
         "confidence": plan.confidence,
         "max_miss_probability": plan.max_miss_probability,
-        "base_overrides": prepared.base,
+        "base_overrides": sims.base,  # (as simulated: faults off with computed spares)
         "seed": prepared.seed,
         "candidates": [answer_json(a, plan) for a in ordered],
     }

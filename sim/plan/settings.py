@@ -30,6 +30,26 @@ class DayPlanConfig(StrictModel):
     autoscale: dict[str, Any] = Field(default_factory=dict)
 
 
+class FaultsPlanConfig(StrictModel):
+    """The spare replicas (N + k) a plan adds for failures, computed rather than simulated
+    (``sim.plan.spares``): ``configs/plan/default.yaml`` says what each key means."""
+
+    section: ClassVar[str] = "plan.faults"
+
+    # P(at least N replicas up) asked for; null: off (faults, if any, are simulated as before)
+    availability: Annotated[float, Field(gt=0, lt=1)] | None = None
+    # the price tiers mixed for the N + k replicas; null: the run's own price
+    tiers: list[Literal["on_demand", "reserved", "reserved_3y", "spot"]] | None = None
+    max_spares: Annotated[int, Field(ge=0, le=256)] = 16
+
+    @field_validator("tiers")
+    @classmethod
+    def _some_tiers(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or len(set(value)) != len(value)):
+            raise ValueError("name each price tier once, at least one, or null for the run's own")
+        return value
+
+
 # what a plan answers: the cheapest fleet meeting the SLOs (sim.plan.searches), or the highest
 # arrival rate the given fleet serves at them (sim.plan.capacity)
 CHEAPEST_FLEET: Final = "cheapest_fleet"
@@ -86,6 +106,8 @@ class PlanConfig(StrictModel):
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     # a day of a `daily` workload planned by period (sim.plan.day); periods null: no day plan
     day: DayPlanConfig = Field(default_factory=DayPlanConfig)
+    # spare replicas for failures at given rates, computed exactly (sim.plan.spares)
+    faults: FaultsPlanConfig = Field(default_factory=FaultsPlanConfig)
 
 
 def load_plan(overrides: list[str]) -> tuple[PlanConfig, list[str]]:
@@ -123,6 +145,9 @@ class Prepared:
     # plan.model_error=measured: each candidate's class and band (``ModelError.json``), looked
     # up here since the searches run inside Hydra's sweeper, where no config is composed
     model_errors: list[dict[str, Any]] | None = None
+    # plan.faults.availability: each candidate's replica at each tier to mix (``spare_tiers``:
+    # its $/hour, its unavailability) and the fault rates, found here for the same reason
+    spares: list[dict[str, Any]] | None = None
 
     REQUEST_FILE: ClassVar[str] = "plan_request.json"
 
@@ -140,6 +165,7 @@ class Prepared:
                 "fewest": self.fewest,
                 **({"replicas": self.replicas} if self.replicas is not None else {}),
                 **({"model_errors": self.model_errors} if self.model_errors is not None else {}),
+                **({"spares": self.spares} if self.spares is not None else {}),
                 "version": sim.__version__,
             },
             indent=1,
@@ -162,4 +188,5 @@ class Prepared:
             given.get("fewest"),
             given.get("replicas"),
             given.get("model_errors"),
+            given.get("spares"),
         )

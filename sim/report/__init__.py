@@ -35,6 +35,7 @@ writes), ``sim.output.summary_table`` (the number format), ``sim.output.model_er
 answer's model-error block in words), ``sim.sweeps.monitor`` (SLO
 attainment and the same traffic, as the sweep ranks them), ``sim.plan.slo``,
 ``sim.plan.replications`` and ``sim.plan.runs``/``sim.plan.rounds`` (a plan folder's SLO
-grammar, intervals and run folder names), and the ``report`` extra (seaborn, matplotlib,
+grammar, intervals and run folder names), ``sim.plan.spares`` (an answer's spares in words, as
+the plan prints them), and the ``report`` extra (seaborn, matplotlib,
 pandas). Never ``sim.engine`` or ``sim.fleet``: reports read what runs wrote.
 """

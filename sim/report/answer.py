@@ -25,6 +25,7 @@ import pandas as pd
 
 from sim.output.model_error import model_error_text
 from sim.output.summary_table import _num
+from sim.plan.spares import spares_text
 from sim.report.assumptions import option_name, pools_text
 from sim.report.day_plan import DayAnswer
 from sim.report.inputs import DayPlanInput, PlanInput, RunInput, SweepInput, run_labels, varying
@@ -222,7 +223,11 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
             + model_error_text(best["model_error"], lambda n: "infeasible" if n is None else str(n))
             + "."
         )
-    if best.get("spare_replicas") is not None:
+    if best.get("spares"):  # plan.faults.availability: k from the rates, N + k's tier mix
+        sentences.append(
+            "Spare capacity: " + spares_text(best["load_replicas"], best["spares"]) + "."
+        )
+    elif best.get("spare_replicas") is not None:
         faults = best.get("faults") or {}
         rates = (
             f"a GPU failing every {_num(faults['gpu_mtbf_h'])} hours, repaired in "

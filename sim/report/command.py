@@ -194,11 +194,13 @@ def plan_document(doc: Document, plan: PlanInput, report_command: str) -> None:
         capacity_document(doc, plan, report_command)
         return
     from sim.report.costs import PLAN_NOTE, cost_figure, cost_table, plan_costs
+    from sim.report.inputs import searched_replicas
     from sim.report.load import load_figure, plan_curves
 
     feasible = ranked(plan.candidates)
     best = feasible[0] if feasible else None
-    chosen = plan.run(best["overrides"], best["replicas"]) if best else None
+    searched = searched_replicas(best) if best else None
+    chosen = plan.run(best["overrides"], searched) if best and searched else None
     costs = plan_costs(plan.plan, plan.rows)
     doc.add(
         Heading("Answer"),

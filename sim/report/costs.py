@@ -17,7 +17,7 @@ import pandas as pd
 
 from sim.output.summary_table import _num
 from sim.report.document import Figure, Table
-from sim.report.inputs import run_labels
+from sim.report.inputs import run_labels, searched_replicas
 from sim.report.intervals import Interval, mean_interval
 from sim.report.plotting import drawing
 from sim.sweeps.monitor import is_traffic_key
@@ -69,9 +69,16 @@ def plan_costs(plan: dict, rows: pd.DataFrame | None) -> list[CandidateCost]:
             mine = rows[
                 (rows["candidate"] == c["candidate"])
                 & (rows["scenario"] == "base")
-                & (rows["replicas"] == c["replicas"])
+                & (rows["replicas"] == searched_replicas(c))
             ]
         values = _values(mine, PER_MILLION)
+        spares = c.get("spares") or {}
+        gpus = _first(mine, "num_gpus")
+        if spares.get("usd_per_hour") and "cost.usd_per_hour" in mine and len(values):
+            # N's simulations, billed as N + k (the same tokens, the spares' bill added)
+            scaled = mine[PER_MILLION] * spares["usd_per_hour"] / mine["cost.usd_per_hour"]
+            values = [float(v) for v in scaled.dropna()]
+            gpus = int(c["replicas"]) * int(spares["gpus_per_replica"])
         given = c.get("usd_per_million_output_tokens")
         interval = mean_interval(values) or (
             None if given is None else Interval(given, given, given)
@@ -80,7 +87,7 @@ def plan_costs(plan: dict, rows: pd.DataFrame | None) -> list[CandidateCost]:
             CandidateCost(
                 c["candidate"],
                 c["replicas"],
-                _first(mine, "num_gpus"),
+                gpus,
                 float(c["usd_per_hour"]),
                 interval,
                 int(c.get("replications") or len(values)),

@@ -260,14 +260,16 @@ def _hydra_value(value: Any) -> str:
 
 def plan_command(request: dict[str, Any]) -> str:
     """``fleetcast plan`` from ``plan_request.json``: the base overrides, then each plan setting
-    that differs from the shipped default (``configs/plan/default.yaml``), ``plan.day.*`` one
-    by one."""
+    that differs from the shipped default (``configs/plan/default.yaml``), ``plan.day.*`` and
+    ``plan.faults.*`` one by one."""
     defaults = config_file("plan/default.yaml")
     settings = request.get("plan") or {}
-    given = {k: v for k, v in settings.items() if k != "day"}
-    given.update({f"day.{k}": v for k, v in (settings.get("day") or {}).items()})
-    usual = {k: v for k, v in defaults.items() if k != "day"}
-    usual.update({f"day.{k}": v for k, v in (defaults.get("day") or {}).items()})
+    nested = ("day", "faults")  # (groups of settings, each said on its own)
+    given = {k: v for k, v in settings.items() if k not in nested}
+    usual = {k: v for k, v in defaults.items() if k not in nested}
+    for group in nested:
+        given.update({f"{group}.{k}": v for k, v in (settings.get(group) or {}).items()})
+        usual.update({f"{group}.{k}": v for k, v in (defaults.get(group) or {}).items()})
     words = [str(o) for o in request.get("base") or []]
     for key, value in given.items():
         if key not in usual or usual[key] != value:
@@ -331,6 +333,15 @@ class PlanInput:
             if where is not None and (job.folder(where) / SUMMARY_FILE).is_file():
                 return read_run(job.folder(where))
         return None
+
+
+def searched_replicas(candidate: dict[str, Any]) -> int | None:
+    """The count a plan answer's simulations ran at: its ``replicas``, or with spares computed
+    from the failure rates (``plan.faults.availability``: ``replicas`` is N + k) the load's N,
+    ``load_replicas``."""
+    if candidate.get("spares") and candidate.get("load_replicas") is not None:
+        return int(candidate["load_replicas"])
+    return candidate.get("replicas")
 
 
 PERIODS_FOLDER = "periods"  # a day plan's periods' plan folders (sim.plan.day)

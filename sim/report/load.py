@@ -35,7 +35,7 @@ import pandas as pd
 
 from sim.plan.slo import parse
 from sim.report.document import Figure
-from sim.report.inputs import run_labels
+from sim.report.inputs import run_labels, searched_replicas
 from sim.report.plotting import Drawing, drawing, plain_log_labels
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -125,7 +125,7 @@ def plan_curves(rows: pd.DataFrame | None, plan: dict) -> LoadCurves | None:
         mine = curves.points[
             (curves.points["group"] == c["candidate"])
             & (curves.points["scenario"] == "base")
-            & (curves.points["replicas"] == c["replicas"])
+            & (curves.points["replicas"] == searched_replicas(c))
         ]
         if len(mine) == 0:
             continue

@@ -149,6 +149,18 @@ CANDIDATE_SHAPE = {
     "load_replicas": COUNT,  # with faults: the count without them (N)
     "spare_replicas": COUNT,  # and the spare the faults ask for (k)
     "faults": {"gpu_mtbf_h": NUMBER, "repair_h": NUMBER, "repair": TEXT, "on_failure": TEXT},
+    # plan.faults.availability: k from the rates, and the cheapest tier mix of N + k
+    "spares": {
+        "availability": NUMBER,
+        "replica_up_probability": MAPPING,
+        "gpus_per_replica": COUNT,
+        "spares": COUNT,
+        "reached": NUMBER,
+        "without_spares": NUMBER,
+        "by_tier": MAPPING,
+        "usd_per_hour": NUMBER,
+        "refused": TEXT,
+    },
     "slo": {},  # each SLO's interval, by its text
     "model_error": {"class": MAPPING, "band": MAPPING},  # plan.model_error=measured
 }

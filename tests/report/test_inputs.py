@@ -112,6 +112,20 @@ def test_a_plan_request_gives_the_command_with_the_settings_that_differ_from_the
     )
 
 
+def test_a_plan_requests_spare_settings_are_said_one_by_one():
+    request = {
+        "base": ["faults.gpu_mtbf_h=50000"],
+        "plan": {
+            "slo": ["ttft_s.p99 <= 1"],
+            "faults": {"availability": 0.999, "tiers": ["spot", "on_demand"], "max_spares": 16},
+        },
+    }
+    assert plan_command(request) == (
+        "fleetcast plan faults.gpu_mtbf_h=50000 'plan.slo=[ttft_s.p99 <= 1]' "
+        "plan.faults.availability=0.999 'plan.faults.tiers=[spot, on_demand]'"
+    )
+
+
 def test_a_period_of_a_day_plan_finds_its_runs_and_command_in_the_day_plan(
     real_day_folder, tmp_path
 ):

@@ -1,0 +1,262 @@
+"""A plan's spares for failures (``plan.faults.*``, ``sim.plan.spares``): N from the faults-off
+search, k and the cheapest tier mix from the failure rates, exactly, in plan.json, the printed
+answer, the report's sentence and a day plan's periods (docs/how-to/faults.md)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.config.compose import compose_config
+from sim.errors import ConfigError
+from sim.plan.answer import ranked_table
+from sim.plan.day import day_table
+from sim.plan.planner import Prepared, prepare, run_plan
+from sim.plan.searches import FAULTS_OFF
+from sim.plan.spares import (
+    Tier,
+    cheapest_spares,
+    probability_serving,
+    replica_tiers,
+    spares_json,
+)
+from sim.report.answer import plan_answer
+from sim.report.costs import plan_costs
+from sim.report.inputs import PlanInput, read_input, searched_replicas
+from tests.scenarios import QUICK_DAY_PLAN
+
+# the M/D/1 fleet of tests/plan/test_fault_plan.py: one request at a time, 10 ms each, 120
+# requests/s split at random; a mean TTFT within 15 ms needs N = 3 replicas
+MD1 = [
+    "step_time=constant",
+    "step_time.seconds=0.01",
+    "scheduler.max_num_seqs=1",
+    "router=random",
+    "workload=poisson",
+    "workload.num_requests=3000",
+    "workload.qps=120",
+    "workload.prompt_tokens=16",
+    "workload.output_tokens=1",
+    "plan.slo=[ttft_s.mean <= 0.015]",
+    "plan.max_replicas=8",
+    "plan.jobs=1",
+    "plan.step_time_scales=[]",
+    "plan.rate_scales=[]",
+    "plan.max_headroom=null",
+]
+# a GPU failing every 99 h, repaired in 1 h: a one-GPU replica is up 99 h of 100, u = 0.01
+ONE_PERCENT = ["faults.gpu_mtbf_h=99", "faults.repair_h=1"]
+GCP = {"reserved_3y": 4.858, "on_demand": 11.0612, "spot": 4.4245}  # configs/cost/gcp.yaml
+
+
+def test_three_needed_at_one_percent_down_take_one_spare(tmp_path):
+    """By hand: P(3 of 3 up) = 0.99^3 = 0.970299 < 0.999; P(>= 3 of 4 up) = 0.99^4 +
+    4 (0.01) 0.99^3 = 0.96059601 + 0.03881196 = 0.99940797 >= 0.999: k = 1, four replicas at
+    the H100's $2.99 (its hardware file's price), $11.96/hour."""
+    folder, plan_json = run_plan(
+        [*MD1, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"],
+        progress=False,
+    )
+    (answer,) = plan_json["candidates"]
+    assert (answer["load_replicas"], answer["spare_replicas"], answer["replicas"]) == (3, 1, 4)
+    spares = answer["spares"]
+    assert spares["reached"] == pytest.approx(0.99940797, abs=1e-12)
+    assert spares["without_spares"] == pytest.approx(0.970299, abs=1e-12)
+    assert spares["replica_up_probability"] == {"on_demand": pytest.approx(0.99, abs=1e-12)}
+    assert spares["by_tier"] == {"on_demand": 4}
+    assert answer["usd_per_hour"] == pytest.approx(4 * 2.99) == spares["usd_per_hour"]
+    # N is the faults-off search's: 2 replicas miss, 3 meet, and no simulation had faults
+    # (a summary has a faults block only with them)
+    decided = {p["replicas"]: p["decision"] for p in answer["evaluated"]}
+    assert (decided[2], decided[3]) == ("misses", "meets")
+    columns = pq.read_schema(Path(folder) / "plan.parquet").names
+    assert not [name for name in columns if name.startswith("faults.")]
+    given = [o for o in MD1 + ONE_PERCENT if "plan." not in o]
+    assert plan_json["base_overrides"] == [*given, *FAULTS_OFF]  # (as simulated)
+    assert "no faults" not in answer["whatifs"]
+    line = (
+        "N = 3 for the load, k = 1 for failures at these rates: P(>= 3 up) = 0.999408 >= 0.999 "
+        "(with no spares 0.970299); 4 x on_demand, $11.96/hour"
+    )
+    assert line in ranked_table(plan_json)
+    assert plan_answer(PlanInput(folder, plan_json, None, None), None).endswith(
+        f"Spare capacity: {line}."
+    )
+    # the report finds N's simulations and bills them as N + k
+    plan = read_input(Path(folder))
+    assert isinstance(plan, PlanInput) and searched_replicas(answer) == 3
+    chosen = plan.run(answer["overrides"], 3)
+    assert chosen is not None and chosen.summary["num_replicas"] == 3
+    (cost,) = plan_costs(plan.plan, plan.rows)
+    assert (cost.replicas, cost.gpus, cost.usd_per_hour) == (4, 4, pytest.approx(11.96))
+    assert cost.per_million is not None
+    assert cost.per_million.value == pytest.approx(answer["usd_per_million_output_tokens"])
+
+
+def test_the_replicas_tiers_travel_in_the_request_to_hydras_sweeper(tmp_path):
+    """The searches run inside Hydra's sweeper, where no config is composed: each candidate's
+    replica is found in prepare and kept in plan_request.json."""
+    prepared = prepare(
+        [*MD1, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"]
+    )
+    request = json.loads(prepared.write().read_text())
+    assert request["spares"][0]["tiers"]["on_demand"]["unavailability"] == pytest.approx(0.01)
+    assert Prepared.read(tmp_path / Prepared.REQUEST_FILE).spares == prepared.spares
+
+
+def test_the_feature_off_leaves_a_plan_as_it_was(tmp_path):
+    """plan.faults.availability null (the default): the plan as before, no spares block."""
+    _, plan_json = run_plan([*MD1, f"plan.output_dir={tmp_path}"], progress=False)
+    (answer,) = plan_json["candidates"]
+    assert "spares" not in answer and "load_replicas" not in answer
+    assert answer["replicas"] == 3 and answer["usd_per_hour"] == pytest.approx(3 * 2.99)
+
+
+def _replica(*overrides: str, reclaims: float | None = None) -> dict:
+    """A candidate's replica as a plan weighs its spares (``replica_tiers``), from a composed
+    config; ``reclaims``: faults.spot_reclaims_per_h, read where the config has it."""
+    cfg = compose_config(["cost=gcp", "hardware=h100_sxm", *overrides])
+    if reclaims is not None:
+        cfg["faults"] = {**cfg["faults"], "spot_reclaims_per_h": reclaims, "spot_replace_s": 600}
+    return replica_tiers(cfg, ["reserved_3y", "on_demand", "spot"])
+
+
+def test_a_tp2_replica_fails_twice_as_often_as_its_gpu():
+    """TP2 at a GPU MTBF of 50,000 h (the Llama 3 run's rate) and 24 h to repair: a replica
+    fails every 25,000 h and is down 24 h of 25,024; its tiers priced at the gcp list's
+    $/GPU-hour times its two GPUs."""
+    replica = _replica("fleet.tp=2", "faults.gpu_mtbf_h=50000", "faults.repair_h=24")
+    assert replica["gpus_per_replica"] == 2
+    for name, price in GCP.items():
+        tier = replica["tiers"][name]
+        assert tier["usd_per_hour"] == pytest.approx(2 * price)
+        assert tier["unavailability"] == pytest.approx(24 / 25_024, rel=1e-12)
+
+
+def test_spot_is_chosen_where_its_reclaims_leave_it_available_enough():
+    """The cheapest mix for N = 3 at 0.999, against every mix enumerated by hand. Rare
+    reclaims (one per 1,000 h, out 2 min of notice + 10 min to replace): spot, the cheapest
+    tier, alone. Frequent ones (one per 2 h: a spot replica out a tenth of the time): the
+    answer leans on three-year reservations and is still the cheapest mix there is."""
+    for reclaims, all_spot in ((0.001, True), (0.5, False)):
+        replica = _replica("faults.gpu_mtbf_h=50000", "faults.repair_h=24", reclaims=reclaims)
+        block = spares_json(3, replica, 0.999, 8)
+        tiers = replica["tiers"]
+        best = math.inf
+        for counts in itertools.product(range(12), repeat=3):
+            mix = dict(zip(tiers, counts, strict=True))
+            us = [tiers[n]["unavailability"] for n, c in mix.items() for _ in range(c)]
+            if 3 <= sum(counts) <= 11 and probability_serving(us, 3) >= 0.999:
+                best = min(best, sum(tiers[n]["usd_per_hour"] * c for n, c in mix.items()))
+        assert block["usd_per_hour"] == pytest.approx(best)
+        assert block["reached"] >= 0.999
+        assert (block["by_tier"] == {"spot": 3 + block["spares"]}) is all_spot
+        if not all_spot:
+            assert block["by_tier"].get("reserved_3y", 0) >= 3
+        # cheaper than the same count all on demand
+        assert block["usd_per_hour"] < (3 + block["spares"]) * GCP["on_demand"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    needed=st.integers(1, 30),
+    u=st.floats(1e-5, 0.1),
+    low=st.floats(0.5, 0.999),
+    more=st.floats(0.0, 1.0),
+)
+def test_a_higher_availability_never_takes_fewer_spares_or_costs_less(needed, u, low, more):
+    high = low + more * (0.99999 - low)
+    tiers = {"on_demand": Tier(10.0, u / 4), "spot": Tier(4.0, u)}
+    one = cheapest_spares(needed, tiers, low, max_spares=64)
+    other = cheapest_spares(needed, tiers, high, max_spares=64)
+    assert other.usd_per_hour >= one.usd_per_hour - 1e-9
+    alike = {"od": Tier(1.0, u)}
+    assert cheapest_spares(needed, alike, high).spares >= cheapest_spares(needed, alike, low).spares
+
+
+def test_a_target_out_of_reach_answers_at_n_with_the_reason():
+    replica = _replica("faults.gpu_mtbf_h=2", "faults.repair_h=2")  # up half the time
+    block = spares_json(4, replica, 0.99999, 2)
+    assert block["spares"] is None
+    assert "is not reached by 4 + 2 replicas" in block["refused"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["plan.faults.availability=1.0"], r"plan.faults.availability.*1"),
+        (["plan.faults.availability=0"], r"plan.faults.availability.*0"),
+        (["plan.faults.availability=0.999"], r"faults.gpu_mtbf_h=None: plan.faults.availability"),
+        (
+            [*ONE_PERCENT, "plan.faults.availability=0.999", "plan.solve=max_rate"],
+            r"plan.faults.availability=0.999: plan.solve=max_rate",
+        ),
+        (
+            [*ONE_PERCENT, "plan.faults.availability=0.999", "cost=gcp", "hardware=a100_80g"]
+            + ["plan.faults.tiers=[reserved, on_demand]"],
+            r"plan.faults.tiers='reserved': the price list .* no reserved price for A100-80G",
+        ),
+        (
+            [*ONE_PERCENT, "plan.faults.availability=0.999", "fleet.tiers={on_demand: rest}"],
+            r"fleet.tiers=.*give the tiers to mix as plan.faults.tiers",
+        ),
+        (["plan.faults.tiers=[spot, spot]"], r"plan.faults.tiers.*name each price tier once"),
+    ],
+)
+def test_bad_spare_settings_are_refused_in_one_line(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        prepare([*MD1, f"plan.output_dir={tmp_path}", *extra])
+    assert "\n" not in str(err.value)
+
+
+# the day of tests/plan/test_day.py: each replica an M/D/1 queue; under a 30-ms mean TTFT the
+# night (30 req/s) needs 1 replica and the day (90 req/s) 2
+NIGHT_DAY = [1.0] * 8 + [3.0] * 12 + [1.0] * 4
+
+
+def test_a_day_plan_adds_each_periods_spares(tmp_path):
+    """u = 0.05 (a GPU failing every 19 h, repaired in 1 h), asked 0.995. Night, N = 1:
+    P(>= 1 of 2 up) = 1 - 0.05^2 = 0.9975: k = 1. Day, N = 2: P(>= 2 of 3) = 0.95^3 +
+    3 (0.05) 0.95^2 = 0.99275 < 0.995; P(>= 2 of 4) = 1 - 4 (0.05^3) 0.95 - 0.05^4 =
+    0.99951875: k = 2. The seasonal plan runs 2 replicas by night and 4 by day, faults off."""
+    _, out = run_plan(
+        [
+            "step_time=constant",
+            "step_time.seconds=0.01",
+            "scheduler.max_num_seqs=1",
+            "router=random",
+            "workload=daily",
+            "workload.qps=60",
+            f"workload.profile={NIGHT_DAY}",
+            "workload.time_compression=240",
+            "workload.duration_s=360",
+            "workload.prompt_tokens=16",
+            "workload.output_tokens=1",
+            "autoscale.provision_s=5",
+            "plan.slo=[ttft_s.mean <= 0.03]",
+            *QUICK_DAY_PLAN,
+            "plan.day.period_s=60",
+            "faults.gpu_mtbf_h=19",
+            "faults.repair_h=1",
+            "plan.faults.availability=0.995",
+            f"plan.output_dir={tmp_path}",
+        ],
+        progress=False,
+    )
+    periods = {(p["start_hour"], p["end_hour"]): p for p in out["periods"]}
+    split = {
+        key: (p["load_replicas"], p["spare_replicas"], p["replicas"]) for key, p in periods.items()
+    }
+    assert split == {(20, 8): (1, 1, 2), (8, 20): (2, 2, 4)}
+    seasonal = out["answers"]["seasonal"]
+    assert "faults.gpu_mtbf_h=null" in seasonal["overrides"]
+    assert seasonal["replicas_max"] == 4 and out["answers"]["peak"]["replicas_max"] == 4
+    assert "(N = 2 + k = 2)" in day_table(out)
+    assert "plan.faults.availability=0.995" in out["command"]
