@@ -54,7 +54,10 @@ How each row is simulated (``setup``):
 
 Rows with the same setup share one search. Printed: every row's measured and predicted
 samples/s and error, MAPE by benchmark, GPU, engine, round, benchmark x GPU and overall, and
-the rows that cannot be expressed with their reasons.
+the rows that cannot be expressed with their reasons. ``--csv PATH`` writes the rows
+(``write_csv``); over every round it is ``data/mlperf/server_predictions.csv``, whose held-out
+rows are part of the step-time model's error bands (``benchmarks/model_error_bands.py
+--mlperf`` writes it).
 """
 
 from __future__ import annotations
