@@ -54,7 +54,10 @@ How each row is simulated (``setup``):
 
 Rows with the same setup share one search. Printed: every row's measured and predicted
 samples/s and error, MAPE by benchmark, GPU, engine, round, benchmark x GPU and overall, and
-the rows that cannot be expressed with their reasons.
+the rows that cannot be expressed with their reasons. ``--csv PATH`` writes the rows
+(``write_csv``); over every round it is ``data/mlperf/server_predictions.csv``, whose held-out
+rows are part of the step-time model's error bands (``benchmarks/model_error_bands.py
+--mlperf`` writes it).
 """
 
 from __future__ import annotations
@@ -73,7 +76,13 @@ from pathlib import Path
 from typing import Any
 
 from sim.config.validation import validate
-from sim.harness.mlperf import BenchmarkSpec, ServerResult, load_benchmarks, load_results
+from sim.harness.mlperf import (
+    HELD_OUT_ROUNDS,
+    BenchmarkSpec,
+    ServerResult,
+    load_benchmarks,
+    load_results,
+)
 from sim.harness.mlperf_configs import ConfigMapping, map_result
 from sim.plan.capacity import Capacity, capacity_json, fleet_capacity
 from sim.plan.rate_search import FOUND
@@ -461,26 +470,43 @@ def print_worst(rows: list[Row], count: int = 10) -> None:
         )
 
 
+def row_id(result: ServerResult) -> str:
+    """A row's name, unique in ``server_results.csv``: ``v4.0/Dell/<system>/llama2-70b-99.9``."""
+    return f"{result.round}/{result.submitter}/{result.system}/{result.benchmark}"
+
+
+CSV_COLUMNS = (
+    "row_id", "round", "held_out", "submitter", "system", "benchmark", "accelerator",
+    "hardware", "scheduler", "precision", "tp", "replicas", "max_num_seqs", "max_num_tokens",
+    "measured_samples_per_s", "predicted_samples_per_s", "predicted_lo", "predicted_hi",
+    "error", "ratio", "outcome", "engine_source",
+)  # fmt: skip
+
+
 def write_csv(rows: list[Row], path: Path) -> None:
-    columns = [
-        "round", "submitter", "system", "benchmark", "accelerator", "hardware", "scheduler",
-        "precision", "tp", "replicas", "max_num_seqs", "max_num_tokens",
-        "measured_samples_per_s", "predicted_samples_per_s", "predicted_lo", "predicted_hi",
-        "error", "outcome", "engine_source",
-    ]  # fmt: skip
+    """The per-row table (``--csv``): each row's measured and predicted samples/s at the SLO,
+    ``error`` = (predicted - measured) / measured, ``ratio`` = predicted / measured (> 1: the
+    simulated engine is too fast), and ``held_out``: whether its round is one the fidelity
+    work was not developed on (``sim.harness.mlperf.HELD_OUT_ROUNDS``; v4.1's rows are
+    ``False``). ``data/mlperf/server_predictions.csv`` is this table, for the model-error
+    bands (``benchmarks/model_error_bands.py``)."""
     with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        for r in rows:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        for r in sorted(rows, key=lambda r: row_id(r.result)):
             res, m, s = r.result, r.mapping, r.setup
+            measured = res.completed_samples_per_s
+            # the ratio of the figures as written, so that a reader recomputes it exactly
+            shown = None if r.predicted is None else float(f"{r.predicted:.4g}")
             writer.writerow([
-                res.round, res.submitter, res.system, res.benchmark, res.accelerator,
-                m.hardware, m.scheduler, m.weights, s.tp, s.replicas, s.engine.max_num_seqs,
-                s.engine.max_num_tokens, res.completed_samples_per_s,
-                "" if r.predicted is None else f"{r.predicted:.4g}",
+                row_id(res), res.round, res.round in HELD_OUT_ROUNDS, res.submitter, res.system,
+                res.benchmark, res.accelerator, m.hardware, m.scheduler, m.weights, s.tp,
+                s.replicas, s.engine.max_num_seqs, s.engine.max_num_tokens, measured,
+                "" if shown is None else f"{shown:g}",
                 "" if r.lo is None else f"{r.lo:.4g}",
                 "" if r.hi is None else f"{r.hi:.4g}",
                 "" if r.error is None else f"{r.error:.4f}",
+                "" if shown is None else f"{shown / measured:.4f}",
                 r.outcome, s.engine.source,
             ])  # fmt: skip
 

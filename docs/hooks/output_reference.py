@@ -187,9 +187,10 @@ SUMMARY = {
     "model_error.class.gpu_family": "the GPU's family (`H100` for H100-SXM and H100-PCIe)",
     "model_error.class.tp": "the TP degree",
     "model_error.class.precision": "the weight precision",
-    "model_error.band.quantity": "what the band is of: `measured / predicted mean TPOT`, the "
-    "multiple of every step time that brings a simulated run to the measured one (see the "
-    "fidelity page); null band: no validation rows for the model",
+    "model_error.band.quantity": "what the band is of: the multiple of every step time that "
+    "brings a simulated run to the measured one, `measured / predicted mean TPOT` or, for an "
+    "MLPerf row, `predicted / measured throughput` at the SLO (see the fidelity page); null "
+    "band: no validation rows for the model",
     "model_error.band.n": "validation rows (or a bench profile's held-out runs) in the band",
     "model_error.band.p10": "the 10th percentile of the ratio",
     "model_error.band.p50": "its median",

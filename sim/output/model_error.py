@@ -8,9 +8,11 @@ token per running request per step): ``r`` is the multiple of every step time
 (``sim.step_time_scale``) that brings the simulated TPOT to the measured one. TTFT is not used:
 it adds queueing, which magnifies a step-time error non-linearly near saturation, and harness
 effects (clients sent in waves) that are no error of the step-time model. A source that
-reports throughput at a fixed latency bound instead (MLPerf Server) gives the same ratio as
-``predicted / measured`` throughput, a capacity being, to first order, inversely proportional
-to the step time (``ratio_from_throughput``).
+reports throughput at a fixed latency bound instead (MLPerf Server,
+``data/mlperf/server_predictions.csv``) gives the same ratio as ``predicted / measured``
+throughput, a capacity being, to first order, inversely proportional to the step time
+(``ratio_from_throughput``): both are > 1 where the simulated engine is too fast, the side on
+which a plan is short of replicas.
 
 The shipped table (``data/model_error/bands.csv``) is built by
 ``benchmarks/model_error_bands.py`` from per-run rows (``data/model_error/rows.csv``): for every
@@ -47,7 +49,8 @@ LEVELS: tuple[tuple[str, ...], ...] = (
 )
 MIN_ROWS = 10  # a class's band needs this many rows (a p10 and a p90 of fewer say little)
 QUANTILES = (0.1, 0.5, 0.9)
-QUANTITY = "measured / predicted mean TPOT"
+# both kinds of row measure the same multiple on step time (module docstring)
+QUANTITY = "step-time multiple: measured / predicted TPOT, or predicted / measured throughput"
 BANDS_FILE = "bands.csv"
 MODEL_ERROR_PREFIX = "model error "  # a plan's scenario at a band's quantile
 BAND_COLUMNS = (*CLASS_KEYS, "n", "p10", "p50", "p90", "source")
@@ -59,7 +62,8 @@ def shipped_bands_path() -> Path:
 
 @dataclass(frozen=True)
 class Band:
-    """A step-time error band: ``p50`` and ``p90`` of ``r`` (measured / predicted TPOT)."""
+    """A step-time error band: ``p50`` and ``p90`` of ``r``, the multiple on step time
+    (measured / predicted TPOT, or predicted / measured throughput at the SLO)."""
 
     n: int
     p10: float

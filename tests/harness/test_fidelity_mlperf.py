@@ -4,6 +4,7 @@ it refuses, and one small capacity search end to end."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import math
 import sys
@@ -133,6 +134,18 @@ def test_one_capacity_search_end_to_end(tmp_path: Path):
     assert result.predicted == pytest.approx(capacity["requests_per_s"] * 8)
     assert result.error == pytest.approx(
         (result.predicted - row.completed_samples_per_s) / row.completed_samples_per_s
+    )
+    # --csv: the row by its id, marked developed on (v4.1), its ratio predicted / measured
+    fm.write_csv([result], tmp_path / "rows.csv")
+    with (tmp_path / "rows.csv").open(newline="") as f:
+        (written,) = list(csv.DictReader(f))
+    assert list(written) == list(fm.CSV_COLUMNS)
+    assert written["row_id"] == "v4.1/NVIDIA/H200-SXM-141GBx8_TRT/llama2-70b-99"
+    assert written["held_out"] == "False"
+    predicted = float(written["predicted_samples_per_s"])
+    assert predicted == pytest.approx(result.predicted, rel=1e-3)
+    assert float(written["ratio"]) == pytest.approx(
+        predicted / row.completed_samples_per_s, abs=5e-5
     )
 
 

@@ -1,6 +1,7 @@
 """The step-time error bands (sim/output/model_error.py): the table built from validation
-rows, the lookup's fallback order, a deployment's class, a bench profile's own band, and the
-shipped table rebuilt from the shipped rows (benchmarks/model_error_bands.py --check)."""
+rows, the lookup's fallback order, a deployment's class, a bench profile's own band, the
+MLPerf throughput rows as a source (data/mlperf/server_predictions.csv), and the shipped table
+rebuilt from the shipped rows (benchmarks/model_error_bands.py --check)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sim.output.model_error import (
     BAND_COLUMNS,
     CLASS_KEYS,
     MIN_ROWS,
+    QUANTITY,
     band_for,
     build_bands,
     deployment_class,
@@ -221,6 +223,82 @@ def test_a_throughput_at_slo_table_is_a_source_of_rows(tmp_path):
     assert row["held_out"] is True
 
 
+def _throughput_table(path, rows: list[tuple[str, str, str, str, str, str]]) -> None:
+    """A small table in ``fidelity_mlperf.py --csv``'s columns: (row id, round, held_out,
+    tp, measured, predicted) per row, every row Llama 2 70B FP8 TRT-LLM on H100-SXM."""
+    columns = [
+        "row_id", "round", "held_out", "benchmark", "accelerator", "hardware", "scheduler",
+        "precision", "tp", "measured_samples_per_s", "predicted_samples_per_s",
+    ]  # fmt: skip
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for row_id, round_, held_out, tp, measured, predicted in rows:
+            writer.writerow(
+                [row_id, round_, held_out, "llama2-70b-99", "NVIDIA H100-SXM-80GB",
+                 "h100_sxm", "trtllm", "fp8", tp, measured, predicted]
+            )  # fmt: skip
+
+
+def test_mlperf_rows_give_bands_of_predicted_over_measured_throughput(tmp_path):
+    builder = _builder()
+    path = tmp_path / "predictions.csv"
+    # ten held-out rows, measured 10 samples/s, predicted 10 ... 19: r = 1.0 ... 1.9;
+    # three rows developed on (r = 5) and one with no prediction must not count
+    held = [(f"v4.0/s/{i}", "v4.0", "True", "2", "10", str(10 + i)) for i in range(10)]
+    developed = [(f"v4.1/s/{i}", "v4.1", "False", "2", "10", "50") for i in range(3)]
+    _throughput_table(path, [*held, *developed, ("v4.0/s/x", "v4.0", "True", "2", "10", "")])
+    rows = builder.read_rows(path, "mlperf")
+    assert len(rows) == 13 and sum(r["held_out"] for r in rows) == 10
+    assert rows[0]["run"] == "v4.0/s/0" and rows[0]["gpu_family"] == "H100"
+    # a prediction too fast (r > 1) is a step time too short: the slow side, as TPOT's
+    assert [r["ratio"] for r in rows[:10]] == pytest.approx([1 + i / 10 for i in range(10)])
+    text = builder.bands_text(rows)
+    table = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    exact = {k: v for k, v in H100_TP2.items() if k != "engine"} | {"engine": "trtllm"}
+    (band,) = [r for r in table if all(r[k] == exact[k] for k in CLASS_KEYS)]
+    # numpy's linear quantiles of 1.0 ... 1.9 by hand: positions 0.9, 4.5 and 8.1 of 0 ... 9
+    assert (band["n"], band["p10"], band["p50"], band["p90"]) == ("10", "1.09", "1.45", "1.81")
+    assert band["source"] == "mlperf"
+    # every level has the same ten rows, so six bands, all alike
+    assert len(table) == 6 and {(r["n"], r["p50"]) for r in table} == {("10", "1.45")}
+
+
+def test_the_shipped_mlperf_predictions_are_the_expressible_rows(capsys):
+    from sim.harness.mlperf import HELD_OUT_ROUNDS, load_results
+    from sim.harness.mlperf_configs import map_result
+
+    builder = _builder()
+    path = REPO_ROOT / "data" / "mlperf" / "server_predictions.csv"
+    with path.open(newline="") as f:
+        given = list(csv.DictReader(f))
+    results = {f"{r.round}/{r.submitter}/{r.system}/{r.benchmark}": r for r in load_results()}
+    expressible = {k for k, r in results.items() if map_result(r).expressible}
+    assert {r["row_id"] for r in given} <= expressible
+    for r in given:
+        result = results[r["row_id"]]
+        assert float(r["measured_samples_per_s"]) == result.completed_samples_per_s
+        assert (r["held_out"] == "True") == (result.round in HELD_OUT_ROUNDS)
+        ratio = float(r["predicted_samples_per_s"]) / float(r["measured_samples_per_s"])
+        assert float(r["ratio"]) == pytest.approx(ratio, abs=5e-5)
+    rows = builder.read_rows(path, builder.MLPERF_SOURCE)
+    assert len(rows) == len(given)  # every shipped row has a prediction
+    held = [r for r in rows if r["held_out"]]
+    # the held-out round's rows that map: Llama 2 70B, FP8, TRT-LLM at TP 2 on H100 SXM/PCIe
+    assert len(held) == sum(1 for k in expressible if results[k].round in HELD_OUT_ROUNDS)
+    assert {tuple(r[k] for k in CLASS_KEYS) for r in held} == {
+        ("roofline", "trtllm", "H100", "2", "fp8")
+    }
+    shipped = read_bands(REPO_ROOT / "data" / "model_error" / "bands.csv")
+    band = lookup(
+        {"step_time_model": "roofline", "engine": "trtllm", "gpu_family": "H100", "tp": "2",
+         "precision": "fp8"},
+        shipped,
+    )  # fmt: skip
+    assert band is not None and band.level() == "exact class" and band.n == len(held)
+    assert band.source == builder.MLPERF_SOURCE
+
+
 def test_a_written_table_reads_back(tmp_path):
     table = build_bands(_rows(H100_TP2, [1.0 + i / 100 for i in range(12)]))
     write_bands(table, tmp_path / "b.csv", "a header\nof two lines")
@@ -249,7 +327,7 @@ def test_a_runs_summary_carries_its_band_only_when_asked(tmp_path):
     assert block["class"]["tp"] == "2"
     line = next(li for li in format_summary(summary, cfg).splitlines() if "model error" in li)
     assert line.startswith(
-        f"model error: measured / predicted mean TPOT p50 x{expected.p50:.3g}, "
+        f"model error: {QUANTITY} p50 x{expected.p50:.3g}, "
         f"p90 x{expected.p90:.3g}; band of n {expected.n} ("
     )
     # a step-time model without validation rows says so
