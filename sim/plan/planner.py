@@ -77,7 +77,7 @@ from sim.plan.capacity import capacity_text, plan_capacity
 from sim.plan.day import DAY_PLAN_FILE, day_checks, day_table, plan_day
 from sim.plan.rounds import Rounds
 from sim.plan.runs import Job, LocalLauncher, Simulations, interrupted
-from sim.plan.searches import plan_candidates
+from sim.plan.searches import FAULTS_OFF, plan_candidates
 from sim.plan.settings import MAX_RATE, PlanConfig, Prepared, load_plan
 from sim.plan.slo import parse
 from sim.plan.spares import replica_tiers
@@ -117,8 +117,11 @@ def prepare(overrides: list[str]) -> Prepared:
         )
     folder = _folder(plan)
     each = every_candidate(plan.grid, plan.candidates)
+    # what the searches simulate: with spares computed, faults off (a spot reclaim rate, say,
+    # is then a rate of the spares' tiers, not of the base fleet, which may buy no spot)
+    simulated = [*base, *FAULTS_OFF] if spared else base
     # every candidate's overrides checked and composed before any simulation runs
-    fewest = checked_fewest(base, each, compose_config)
+    fewest = checked_fewest(simulated, each, compose_config)
     spares = _spares(plan, base, each)
     day = plan.day.periods is not None  # (its first period's workload for the example run)
     for least in fewest:
@@ -129,7 +132,7 @@ def prepare(overrides: list[str]) -> Prepared:
             "a day plan's seasonal and autoscaled fleets scale one pool: not modelled for a "
             "disaggregated fleet (plan its peak without plan.day)",
         )
-    example_base = [*base, *day_checks(plan.day, cfg, each)] if day else base
+    example_base = [*simulated, *day_checks(plan.day, cfg, each)] if day else simulated
     # an example summary (the fewest replicas of the base deployment) names the statistics
     _check_slo(plan, example_base, seed, fewest_replicas(cfg))
     return Prepared(

@@ -184,7 +184,9 @@ def cheapest_spares(
             target,
             f"is not reached by {needed} + {max_spares} replicas at these failure rates",
         )
-    first = min(tiers.values(), key=lambda t: t.usd_per_hour)
+    # "with no spares": the load's N alone, bought at the cheapest tier (as a plan without
+    # spares would buy it)
+    first = tiers[min(tiers, key=lambda n: tiers[n].usd_per_hour)]
     without = probability_serving([first.unavailability] * needed, needed, maintenance_share)
     return Spares(
         needed=best.needed,
@@ -308,6 +310,7 @@ def spares_json(
         "spares": found.spares,
         "reached": found.probability,
         "without_spares": found.without,
+        "without_spares_tier": min(tiers, key=lambda n: tiers[n].usd_per_hour),
         "by_tier": dict(found.by_tier),
         "usd_per_hour": found.usd_per_hour,
     }
@@ -320,8 +323,11 @@ def spares_text(load: int, block: Mapping[str, Any]) -> str:
     if block.get("spares") is None:
         return f"N = {load} for the load; no k: {block.get('refused', '')}"
     mix = " + ".join(f"{n} x {tier}" for tier, n in block["by_tier"].items())
+    # which tier "no spares" was bought at, where the mix could be of several
+    tier = block.get("without_spares_tier")
+    alone = f", {load} x {tier}" if tier and len(block["replica_up_probability"]) > 1 else ""
     return (
         f"N = {load} for the load, k = {block['spares']} for failures at these rates: "
         f"P(>= {load} up) = {block['reached']:.6f} >= {asked:g} (with no spares "
-        f"{block['without_spares']:.6f}); {mix}, ${block['usd_per_hour']:,.2f}/hour"
+        f"{block['without_spares']:.6f}{alone}); {mix}, ${block['usd_per_hour']:,.2f}/hour"
     )

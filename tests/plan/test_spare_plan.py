@@ -26,6 +26,7 @@ from sim.plan.spares import (
     probability_serving,
     replica_tiers,
     spares_json,
+    spares_text,
 )
 from sim.report.answer import plan_answer
 from sim.report.costs import plan_costs
@@ -260,3 +261,47 @@ def test_a_day_plan_adds_each_periods_spares(tmp_path):
     assert seasonal["replicas_max"] == 4 and out["answers"]["peak"]["replicas_max"] == 4
     assert "(N = 2 + k = 2)" in day_table(out)
     assert "plan.faults.availability=0.995" in out["command"]
+
+
+def test_a_spot_reclaim_rate_weighs_the_spares_tiers_not_the_fleet_searched(tmp_path):
+    """With spares computed, the searches run faults off, so a reclaim rate on a fleet that
+    buys no spot is a rate of the spot tier weighed for the spares (taken), while a plain
+    plan simulates it on the fleet, which has no spot replica to reclaim (refused)."""
+    asked = [*MD1, *ONE_PERCENT, "cost=gcp", "faults.spot_reclaims_per_h=0.01"]
+    prepared = prepare(
+        [
+            *asked,
+            "plan.faults.availability=0.999",
+            "plan.faults.tiers=[on_demand, spot]",
+            f"plan.output_dir={tmp_path / 'spared'}",
+        ]
+    )
+    assert prepared.spares is not None
+    (replica,) = prepared.spares
+    assert replica["spot_reclaims_per_h"] == pytest.approx(0.01)
+    assert replica["tiers"]["spot"]["unavailability"] > replica["tiers"]["on_demand"][
+        "unavailability"
+    ]
+    with pytest.raises(ConfigError, match="faults.spot_reclaims_per_h"):
+        prepare([*asked, f"plan.output_dir={tmp_path / 'plain'}"])
+
+
+def test_no_spares_names_the_tier_it_was_bought_at_when_several_are_weighed():
+    """'with no spares' is N of the cheapest tier alone; with several tiers the sentence says
+    which (GCP's spot here, its reclaims leaving it less available than on-demand)."""
+    tiers = {"on_demand": Tier(11.0612, 0.001), "spot": Tier(4.4245, 0.01)}
+    block = spares_json(
+        2,
+        {
+            "tiers": {n: vars(t) for n, t in tiers.items()},
+            "gpus_per_replica": 1,
+            "gpu_mtbf_h": 999,
+            "repair_h": 1,
+            "spot_reclaims_per_h": 0.009,
+        },
+        0.999,
+        8,
+    )
+    assert block["without_spares"] == pytest.approx(0.99**2, abs=1e-12)
+    assert block["without_spares_tier"] == "spot"
+    assert f"(with no spares {0.99**2:.6f}, 2 x spot)" in spares_text(2, block)
