@@ -279,9 +279,9 @@ def test_a_spot_reclaim_rate_weighs_the_spares_tiers_not_the_fleet_searched(tmp_
     assert prepared.spares is not None
     (replica,) = prepared.spares
     assert replica["spot_reclaims_per_h"] == pytest.approx(0.01)
-    assert replica["tiers"]["spot"]["unavailability"] > replica["tiers"]["on_demand"][
-        "unavailability"
-    ]
+    assert (
+        replica["tiers"]["spot"]["unavailability"] > replica["tiers"]["on_demand"]["unavailability"]
+    )
     with pytest.raises(ConfigError, match="faults.spot_reclaims_per_h"):
         prepare([*asked, f"plan.output_dir={tmp_path / 'plain'}"])
 
