@@ -225,6 +225,11 @@ def _settle(chosen: list[dict[str, Any]]) -> dict[str, Any]:
         entry.update(candidate=best["overrides"], replicas=best["replicas"])
         if "load_replicas" in best:  # plan.faults.availability: N for the load, k spares
             entry.update(load_replicas=best["load_replicas"], spare_replicas=best["spare_replicas"])
+            if best["spare_replicas"] is not None:
+                entry.update(
+                    by_tier=best["spares"]["by_tier"],
+                    replica_usd_per_hour=best["spares"]["replica_usd_per_hour"],
+                )
     return peak
 
 
@@ -345,6 +350,7 @@ def _day_json(
         note = "switching cost more than it saved: the seasonal answer keeps the peak fleet"
         answers["seasonal"] = {**answers["peak"], "note": note}
     peak_cost = answers["peak"]["usd_per_day"]
+    tiered = tiered_day_bill(chosen, peak)
     return {
         "periods": [
             {
@@ -358,6 +364,7 @@ def _day_json(
                     "load_replicas",
                     "spare_replicas",
                     "usd_per_hour",
+                    "by_tier",
                     "folder",
                 )
                 if k in p
@@ -374,6 +381,44 @@ def _day_json(
             for name in ("seasonal", "autoscaled")
         },
         "note": note,
+        **({"tiered_bill": tiered} if tiered else {}),
+    }
+
+
+# tiers bought by commitment: paid every hour of the day, whichever periods use them
+COMMITTED_TIERS = ("reserved", "reserved_3y")
+
+
+def tiered_day_bill(chosen: list[dict[str, Any]], peak: dict[str, Any]) -> dict[str, Any] | None:
+    """With spares (``plan.faults.availability``), the day's bill at each period's tier mix,
+    which the day's simulations (one price for the whole fleet) do not bill: the seasonal
+    plan's committed tiers at the most replicas any period holds of each, all day (a
+    commitment is paid round the clock), its on-demand and spot replicas for their periods'
+    hours; and the peak period's mix all day. None without tier mixes. Each period's mix was
+    chosen for that period alone, so where periods differ in their committed replicas this
+    bill is what those mixes cost together, not the cheapest joint mix."""
+    periods = [p for p in chosen if p.get("by_tier")]
+    if not periods or len(periods) != len(chosen) or "by_tier" not in peak:
+        return None
+    price: dict[str, float] = {}
+    for p in periods:
+        price.update(p["replica_usd_per_hour"])
+    committed = {
+        tier: max(p["by_tier"].get(tier, 0) for p in periods)
+        for tier in COMMITTED_TIERS
+        if any(tier in p["by_tier"] for p in periods)
+    }
+    seasonal = sum(n * price[tier] for tier, n in committed.items()) * HOURS
+    for p in periods:
+        hours = (p["end_hour"] - p["start_hour"]) % HOURS or HOURS
+        seasonal += hours * sum(
+            n * price[tier] for tier, n in p["by_tier"].items() if tier not in COMMITTED_TIERS
+        )
+    return {
+        "seasonal_usd_per_day": seasonal,
+        "committed_replicas": committed,
+        "peak_usd_per_day": peak["usd_per_hour"] * HOURS,
+        "peak_by_tier": peak["by_tier"],
     }
 
 
@@ -424,4 +469,15 @@ def day_table(out: dict[str, Any]) -> str:
         )
     if out.get("note"):
         lines.append(out["note"])
+    bill = out.get("tiered_bill")
+    if bill:
+        committed = ", ".join(f"{n} x {tier}" for tier, n in bill["committed_replicas"].items())
+        lines.append(
+            "at the spares' tier mixes (the simulated days above bill one price): seasonal "
+            f"${bill['seasonal_usd_per_day']:,.0f}/day"
+            + (f" ({committed} committed all day)" if committed else "")
+            + f", peak ${bill['peak_usd_per_day']:,.0f}/day ("
+            + " + ".join(f"{n} x {tier}" for tier, n in bill["peak_by_tier"].items())
+            + ")"
+        )
     return "\n".join(lines)

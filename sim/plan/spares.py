@@ -296,6 +296,7 @@ def spares_json(
     out: dict[str, Any] = {
         "availability": availability,
         "replica_up_probability": {name: 1.0 - t.unavailability for name, t in tiers.items()},
+        "replica_usd_per_hour": {name: t.usd_per_hour for name, t in tiers.items()},
         "gpus_per_replica": replica["gpus_per_replica"],
         "gpu_mtbf_h": replica["gpu_mtbf_h"],
         "repair_h": replica["repair_h"],

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sim.config.compose import compose_config
 from sim.errors import ConfigError
 from sim.plan.answer import ranked_table
-from sim.plan.day import day_table
+from sim.plan.day import day_table, tiered_day_bill
 from sim.plan.planner import Prepared, prepare, run_plan
 from sim.plan.searches import FAULTS_OFF
 from sim.plan.spares import (
@@ -261,6 +261,34 @@ def test_a_day_plan_adds_each_periods_spares(tmp_path):
     assert seasonal["replicas_max"] == 4 and out["answers"]["peak"]["replicas_max"] == 4
     assert "(N = 2 + k = 2)" in day_table(out)
     assert "plan.faults.availability=0.995" in out["command"]
+    # the day at the periods' mixes (the hardware file's $2.99 on demand): 12 h of 2
+    # replicas and 12 h of 4, against the peak's 4 all day
+    assert periods[20, 8]["by_tier"] == {"on_demand": 2}
+    assert periods[8, 20]["by_tier"] == {"on_demand": 4}
+    bill = out["tiered_bill"]
+    assert bill["seasonal_usd_per_day"] == pytest.approx(12 * 2 * 2.99 + 12 * 4 * 2.99)
+    assert bill["peak_usd_per_day"] == pytest.approx(24 * 4 * 2.99)
+    assert bill["committed_replicas"] == {}
+    assert "seasonal $215/day" in day_table(out)
+
+
+def test_a_commitment_is_paid_all_day_whichever_periods_use_it():
+    """Two periods, 8 h and 16 h; a replica of 2 GPUs at GCP's prices. The 8 h period holds 2
+    three-year reserved and 1 spot, the 16 h one 1 reserved and 2 on demand: the 2 reserved
+    are paid 24 h (2 x 9.716 x 24 = 466.368), the spot 8 h (8 x 8.849 = 70.792), the on
+    demand 16 h (16 x 2 x 22.1224 = 707.9168): $1,245.0768 a day."""
+    price = {"reserved_3y": 9.716, "on_demand": 22.1224, "spot": 8.849}
+    short = {"start_hour": 9, "end_hour": 17, "usd_per_hour": 28.281}
+    long = {"start_hour": 17, "end_hour": 9, "usd_per_hour": 53.9608}
+    short.update(by_tier={"reserved_3y": 2, "spot": 1}, replica_usd_per_hour=price)
+    long.update(by_tier={"reserved_3y": 1, "on_demand": 2}, replica_usd_per_hour=price)
+    bill = tiered_day_bill([short, long], long)
+    assert bill is not None
+    assert bill["seasonal_usd_per_day"] == pytest.approx(466.368 + 70.792 + 707.9168)
+    assert bill["committed_replicas"] == {"reserved_3y": 2}
+    assert bill["peak_usd_per_day"] == pytest.approx(24 * 53.9608)
+    # without a mix in every period (spares off, or out of reach somewhere): no such bill
+    assert tiered_day_bill([short, {"start_hour": 17, "end_hour": 9}], short) is None
 
 
 def test_a_spot_reclaim_rate_weighs_the_spares_tiers_not_the_fleet_searched(tmp_path):
