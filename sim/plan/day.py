@@ -50,7 +50,8 @@ from sim.errors import ConfigError, require
 from sim.plan.hourly import HOURS, hourly_attainment
 from sim.plan.runs import Job
 from sim.plan.searches import plan_candidates, without_faults
-from sim.plan.settings import DayPlanConfig, Prepared, load_plan
+from sim.plan.settings import DayPlanConfig, FaultsPlanConfig, PlanConfig, Prepared, load_plan
+from sim.plan.spares import Tier, cheapest_day_mix
 from sim.workload.day import hourly_rates, period_workload, split_day
 
 DAY_PLAN_FILE = "day_plan.json"
@@ -202,7 +203,7 @@ def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
         for name, overrides in runs.items()
     ]
     results = dict(zip(runs, (_summary(r) for r in launch(jobs)), strict=True))
-    out = _day_json(spec, rates, chosen, peak, runs, results, folder, plan.slo)
+    out = _day_json(spec, rates, chosen, peak, runs, results, folder, plan)
     out["command"] = _command(prepared)
     out["plan_slo"] = list(plan.slo)
     tmp = folder / f".{DAY_PLAN_FILE}.partial"
@@ -229,6 +230,7 @@ def _settle(chosen: list[dict[str, Any]]) -> dict[str, Any]:
                 entry.update(
                     by_tier=best["spares"]["by_tier"],
                     replica_usd_per_hour=best["spares"]["replica_usd_per_hour"],
+                    replica_up_probability=best["spares"]["replica_up_probability"],
                 )
     return peak
 
@@ -324,7 +326,7 @@ def _day_json(
     runs: dict[str, list[str]],
     results: dict[str, dict[str, Any]],
     folder: Path,
-    plan_slo: list[str],
+    plan: PlanConfig,
 ) -> dict[str, Any]:
     answers = {}
     for name, summary in results.items():
@@ -340,7 +342,7 @@ def _day_json(
             "ttft_p99_s": summary["ttft_s"]["p99"],
             "tpot_p99_s": summary["tpot_s"]["p99"],
             **hourly_attainment(
-                folder / "answers" / name, spec.start_hour, spec.time_compression, plan_slo
+                folder / "answers" / name, spec.start_hour, spec.time_compression, plan.slo
             ),
         }
     note = None
@@ -350,7 +352,7 @@ def _day_json(
         note = "switching cost more than it saved: the seasonal answer keeps the peak fleet"
         answers["seasonal"] = {**answers["peak"], "note": note}
     peak_cost = answers["peak"]["usd_per_day"]
-    tiered = tiered_day_bill(chosen, peak)
+    tiered = tiered_day_bill(chosen, peak, plan.faults)
     return {
         "periods": [
             {
@@ -389,37 +391,57 @@ def _day_json(
 COMMITTED_TIERS = ("reserved", "reserved_3y")
 
 
-def tiered_day_bill(chosen: list[dict[str, Any]], peak: dict[str, Any]) -> dict[str, Any] | None:
-    """With spares (``plan.faults.availability``), the day's bill at each period's tier mix,
-    which the day's simulations (one price for the whole fleet) do not bill: the seasonal
-    plan's committed tiers at the most replicas any period holds of each, all day (a
-    commitment is paid round the clock), its on-demand and spot replicas for their periods'
-    hours; and the peak period's mix all day. None without tier mixes. Each period's mix was
-    chosen for that period alone, so where periods differ in their committed replicas this
-    bill is what those mixes cost together, not the cheapest joint mix."""
+def tiered_day_bill(
+    chosen: list[dict[str, Any]], peak: dict[str, Any], faults: FaultsPlanConfig
+) -> dict[str, Any] | None:
+    """With spares (``plan.faults.availability``), the day's bill at price tiers, which the
+    day's simulations (one price for the whole fleet) do not bill. A committed tier
+    (``COMMITTED_TIERS``) is paid round the clock, so the seasonal plan's tiers are bought for
+    the day together (``cheapest_day_mix``): the committed replicas held all day, each period
+    completing them with on-demand and spot for its hours (``by_period``). Beside it, what
+    the periods' own mixes, each the cheapest for its period alone, cost together (their
+    committed replicas at the most any period holds, all day); and the peak period's mix all
+    day. None without a mix in every period. With periods of different candidates (their
+    replicas priced apart), the periods' own mixes are the answer."""
     periods = [p for p in chosen if p.get("by_tier")]
     if not periods or len(periods) != len(chosen) or "by_tier" not in peak:
         return None
-    price: dict[str, float] = {}
-    for p in periods:
-        price.update(p["replica_usd_per_hour"])
-    committed = {
+    hours = [(p["end_hour"] - p["start_hour"]) % HOURS or HOURS for p in periods]
+    price = periods[0]["replica_usd_per_hour"]
+    alone_committed = {
         tier: max(p["by_tier"].get(tier, 0) for p in periods)
         for tier in COMMITTED_TIERS
         if any(tier in p["by_tier"] for p in periods)
     }
-    seasonal = sum(n * price[tier] for tier, n in committed.items()) * HOURS
-    for p in periods:
-        hours = (p["end_hour"] - p["start_hour"]) % HOURS or HOURS
-        seasonal += hours * sum(
-            n * price[tier] for tier, n in p["by_tier"].items() if tier not in COMMITTED_TIERS
+    alone = sum(n * price[t] for t, n in alone_committed.items()) * HOURS
+    for p, h in zip(periods, hours, strict=True):
+        alone += h * sum(
+            n * p["replica_usd_per_hour"][t]
+            for t, n in p["by_tier"].items()
+            if t not in COMMITTED_TIERS
         )
-    return {
-        "seasonal_usd_per_day": seasonal,
-        "committed_replicas": committed,
+    out: dict[str, Any] = {
+        "seasonal_usd_per_day": alone,
+        "committed_replicas": alone_committed,
+        "by_period": [dict(p["by_tier"]) for p in periods],
+        "periods_alone_usd_per_day": alone,
         "peak_usd_per_day": peak["usd_per_hour"] * HOURS,
         "peak_by_tier": peak["by_tier"],
     }
+    if all(p["candidate"] == periods[0]["candidate"] for p in periods):
+        tiers = {t: Tier(price[t], 1.0 - periods[0]["replica_up_probability"][t]) for t in price}
+        needs = [(p["load_replicas"], h) for p, h in zip(periods, hours, strict=True)]
+        assert faults.availability is not None
+        mix = cheapest_day_mix(
+            needs, tiers, COMMITTED_TIERS, faults.availability, faults.max_spares
+        )
+        if mix is not None and mix.usd_per_day < alone - 1e-9:
+            out.update(
+                seasonal_usd_per_day=mix.usd_per_day,
+                committed_replicas=dict(mix.committed),
+                by_period=mix.by_period,
+            )
+    return out
 
 
 def _command(prepared: Prepared) -> str:
@@ -472,11 +494,18 @@ def day_table(out: dict[str, Any]) -> str:
     bill = out.get("tiered_bill")
     if bill:
         committed = ", ".join(f"{n} x {tier}" for tier, n in bill["committed_replicas"].items())
+        mixes = "; ".join(
+            f"{p['start_hour']:02d}-{p['end_hour']:02d} h "
+            + " + ".join(f"{n} x {tier}" for tier, n in mix.items())
+            for p, mix in zip(out["periods"], bill["by_period"], strict=True)
+        )
         lines.append(
-            "at the spares' tier mixes (the simulated days above bill one price): seasonal "
+            "at the spares' price tiers (the simulated days above bill one price): seasonal "
             f"${bill['seasonal_usd_per_day']:,.0f}/day"
             + (f" ({committed} committed all day)" if committed else "")
-            + f", peak ${bill['peak_usd_per_day']:,.0f}/day ("
+            + f" [{mixes}]; each period's cheapest mix alone "
+            f"${bill['periods_alone_usd_per_day']:,.0f}/day; peak "
+            f"${bill['peak_usd_per_day']:,.0f}/day ("
             + " + ".join(f"{n} x {tier}" for tier, n in bill["peak_by_tier"].items())
             + ")"
         )

@@ -20,8 +20,10 @@ from sim.plan.answer import ranked_table
 from sim.plan.day import day_table, tiered_day_bill
 from sim.plan.planner import Prepared, prepare, run_plan
 from sim.plan.searches import FAULTS_OFF
+from sim.plan.settings import FaultsPlanConfig
 from sim.plan.spares import (
     Tier,
+    cheapest_day_mix,
     cheapest_spares,
     probability_serving,
     replica_tiers,
@@ -269,26 +271,75 @@ def test_a_day_plan_adds_each_periods_spares(tmp_path):
     assert bill["seasonal_usd_per_day"] == pytest.approx(12 * 2 * 2.99 + 12 * 4 * 2.99)
     assert bill["peak_usd_per_day"] == pytest.approx(24 * 4 * 2.99)
     assert bill["committed_replicas"] == {}
+    assert bill["periods_alone_usd_per_day"] == bill["seasonal_usd_per_day"]
     assert "seasonal $215/day" in day_table(out)
 
 
-def test_a_commitment_is_paid_all_day_whichever_periods_use_it():
-    """Two periods, 8 h and 16 h; a replica of 2 GPUs at GCP's prices. The 8 h period holds 2
-    three-year reserved and 1 spot, the 16 h one 1 reserved and 2 on demand: the 2 reserved
-    are paid 24 h (2 x 9.716 x 24 = 466.368), the spot 8 h (8 x 8.849 = 70.792), the on
-    demand 16 h (16 x 2 x 22.1224 = 707.9168): $1,245.0768 a day."""
+def test_a_day_buys_its_commitments_once_for_every_period():
+    """Worked by hand: reserved_3y at $5/h, down 1%; spot at $4/h, down 10%; 98.5% asked.
+    Period A (12 h) needs 1 replica, B (12 h) 2. By the hour alone: A 2 spot (P = 0.99, $8/h),
+    B 4 spot (P(>= 2 of 4) = 1 - 4 (0.001) 0.9 - 0.0001 = 0.9963, $16/h): $288/day. One
+    reserved replica held all day ($120): A needs nothing more (P = 0.99), B 2 spot
+    (P(>= 2 of 3) = 0.99 (0.81) + 0.01 (0.81) + 0.99 (2) (0.1) (0.9) = 0.9882; 1 spot gives
+    0.891): $120 + 12 x $8 = $216. Two reserved: B needs 1 spot (0.99792): $240 + $48 = $288."""
+    tiers = {"reserved_3y": Tier(5.0, 0.01), "spot": Tier(4.0, 0.1)}
+    mix = cheapest_day_mix([(1, 12), (2, 12)], tiers, ["reserved_3y"], 0.985, 8)
+    assert mix is not None
+    assert mix.usd_per_day == pytest.approx(216.0)
+    assert dict(mix.committed) == {"reserved_3y": 1}
+    assert mix.by_period == [{"reserved_3y": 1}, {"reserved_3y": 1, "spot": 2}]
+    # with no committed tier weighed, the hourly answer
+    hourly = cheapest_day_mix(
+        [(1, 12), (2, 12)], {"spot": tiers["spot"]}, ["reserved_3y"], 0.985, 8
+    )
+    assert hourly is not None and hourly.usd_per_day == pytest.approx(288.0)
+    assert hourly.by_period == [{"spot": 2}, {"spot": 4}]
+
+
+def test_the_day_bill_never_pays_idle_commitments_the_periods_alone_would():
+    """experiments/faults/README.md's day at 20% of spot capacity reclaimed a month: each
+    period alone buys spot except the peak (2 x reserved_3y + 6 x spot), so the periods'
+    mixes together pay the 2 reserved all day and use them 6 h; bought for the day, every
+    period uses them. The joint bill is never above the periods' own (the same commitments
+    with each period's own mix is one of the joint search's answers), and each period's joint
+    mix keeps N up at the target."""
     price = {"reserved_3y": 9.716, "on_demand": 22.1224, "spot": 8.849}
-    short = {"start_hour": 9, "end_hour": 17, "usd_per_hour": 28.281}
-    long = {"start_hour": 17, "end_hour": 9, "usd_per_hour": 53.9608}
-    short.update(by_tier={"reserved_3y": 2, "spot": 1}, replica_usd_per_hour=price)
-    long.update(by_tier={"reserved_3y": 1, "on_demand": 2}, replica_usd_per_hour=price)
-    bill = tiered_day_bill([short, long], long)
+    up = {"reserved_3y": 0.9990409207161125, "on_demand": 0.9990409207161125}
+    up["spot"] = 0.9926060773299691
+    alone = [
+        (1, 9, 4, {"spot": 5}),
+        (9, 15, 7, {"reserved_3y": 2, "spot": 6}),
+        (15, 19, 5, {"spot": 6}),
+        (19, 1, 3, {"spot": 4}),
+    ]
+    chosen = [
+        {
+            "start_hour": start,
+            "end_hour": end,
+            "candidate": [],
+            "load_replicas": needed,
+            "by_tier": mix,
+            "usd_per_hour": sum(price[t] * n for t, n in mix.items()),
+            "replica_usd_per_hour": price,
+            "replica_up_probability": up,
+        }
+        for start, end, needed, mix in alone
+    ]
+    faults = FaultsPlanConfig(availability=0.999)
+    bill = tiered_day_bill(chosen, chosen[1], faults)
     assert bill is not None
-    assert bill["seasonal_usd_per_day"] == pytest.approx(466.368 + 70.792 + 707.9168)
+    # alone: 2 reserved all day, the rest spot for its hours
+    by_hand = 2 * 9.716 * 24 + 8.849 * (5 * 8 + 6 * 6 + 6 * 4 + 4 * 6)
+    assert bill["periods_alone_usd_per_day"] == pytest.approx(by_hand)
+    assert bill["seasonal_usd_per_day"] < by_hand
     assert bill["committed_replicas"] == {"reserved_3y": 2}
-    assert bill["peak_usd_per_day"] == pytest.approx(24 * 53.9608)
+    for (_, _, needed, _), mix in zip(alone, bill["by_period"], strict=True):
+        assert mix.get("reserved_3y") == 2
+        us = [1 - up[t] for t, n in mix.items() for _ in range(n)]
+        assert probability_serving(us, needed) >= 0.999
+    assert bill["peak_usd_per_day"] == pytest.approx(24 * (2 * 9.716 + 6 * 8.849))
     # without a mix in every period (spares off, or out of reach somewhere): no such bill
-    assert tiered_day_bill([short, {"start_hour": 17, "end_hour": 9}], short) is None
+    assert tiered_day_bill([chosen[0], {"start_hour": 9, "end_hour": 1}], chosen[0], faults) is None
 
 
 def test_a_spot_reclaim_rate_weighs_the_spares_tiers_not_the_fleet_searched(tmp_path):
