@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import rng
+from sim.errors import ConfigError
 from sim.output.results import FAULT_COLUMNS
 from sim.run import simulate
 from tests.contract import table_problems
@@ -335,3 +336,51 @@ def test_every_request_ends_once_under_random_faults_and_scaling(faults, policy,
     again = simulate(copy.deepcopy(cfg))
     assert again.requests.equals(result.requests) and again.steps.equals(result.steps)
     assert again.faults.equals(result.faults) and again.scaling.equals(result.scaling)
+
+
+def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed():
+    """``cost.tier=spot`` buys every replica spot, those the autoscaler adds too: with
+    reclaims every 5 s on average (``faults.spot_reclaims_per_h``) and a 0.1 s notice, each
+    replica's first notice is its first draw from its own stream (``faults.reclaim.<id>``)
+    after it is ready, replacements' included; each loss is a ``failed`` row the autoscaler
+    replaces; every request ends once, and a rerun is the same. A replacement time of the
+    faults' own is refused there (the autoscaler replaces)."""
+    seed = 3
+    overrides = [
+        *AUTOSCALED,
+        "autoscale.provision_s=1",
+        "cost.tier=spot",
+        f"faults.spot_reclaims_per_h={3600 / 5}",
+        "faults.spot_notice_s=0.1",
+        f"seed={seed}",
+    ]
+    result = simulate(compose(*overrides))
+    scaling = columns(result.scaling)
+    ready_at = {r: 0.0 for r in range(4)}
+    for time_s, event, replica in zip(
+        scaling["time_s"], scaling["event"], scaling["replica_id"], strict=True
+    ):
+        if event == "ready":
+            ready_at[int(replica)] = float(time_s)
+    events = result.faults.to_pylist()
+    assert {e["kind"] for e in events} == {"spot"}
+    first = {}
+    for event in events:
+        first.setdefault(event["replica_id"], event["start_s"])
+    assert any(r >= 4 for r in first), "no added replica was reclaimed: the test proves nothing"
+    for replica, start_s in first.items():
+        draw = rng.stream(seed, f"faults.reclaim.{replica}").exponential(5.0)
+        assert start_s == approx(ready_at[replica] + draw)
+        assert next(e for e in events if e["replica_id"] == replica)["down_s"] == approx(
+            start_s + 0.1
+        )
+    failed = scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist()
+    assert sorted(failed) == sorted(e["replica_id"] for e in events)
+    summary = result.summary
+    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
+    assert ended == summary["num_requests"] == 40
+    assert table_problems(result.requests, result.steps, summary) == []
+    again = simulate(compose(*overrides))
+    assert again.requests.equals(result.requests) and again.faults.equals(result.faults)
+    with pytest.raises(ConfigError, match="faults.spot_replace_s"):
+        simulate(compose(*overrides, "faults.spot_replace_s=5"))
