@@ -153,7 +153,9 @@ class FaultyFleet(FleetShape):
             autoscaler=parts.autoscaler,
             transfers=parts.transfers,
             pools=parts.pools,
-            spot=self.spot,
+            # an autoscaled fleet is bought spot whole (cost.tier=spot: a mix is refused
+            # there), and its replicas at time 0 are its first count's, not fleet.replicas
+            spot=range(len(parts.gpus)) if self.spot and parts.autoscaler else self.spot,
         )
 
     def priced(self) -> Priced:

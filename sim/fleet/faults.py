@@ -132,7 +132,6 @@ class FleetFaults:
         self.new_engines = new_engines
         self.log = log
         self.retry = config.on_failure == "retry"
-        self.seed = seed
         self.autoscaler = autoscaler
         self.transfers = transfers
         num = len(gpus)
@@ -249,8 +248,8 @@ class FleetFaults:
         notice_s, replace_s = self.config.spot_notice_s, self.config.spot_replace_s
         while not self.cluster.finished():
             yield timeout_at(env, env.now + float(draws.exponential(mean_s)))
-            if self.cluster.finished():
-                return
+            if self.cluster.finished() or not self._in_fleet(replica_id):
+                return  # (a replica the autoscaler lost or released is reclaimed no more)
             self._notice(replica_id, notice_s, replace_s, None)  # (none unless it is up)
 
     def _repair_s(self, draws: np.random.Generator) -> float:

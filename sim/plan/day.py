@@ -224,9 +224,11 @@ def _settle(chosen: list[dict[str, Any]]) -> dict[str, Any]:
         tied = entry.pop("tied")
         best = next((c for c in tied if c["overrides"] == peak_candidate), tied[0])
         entry.update(candidate=best["overrides"], replicas=best["replicas"])
-        if "load_replicas" in best:  # plan.faults.availability: N for the load, k spares
+        if "load_replicas" in best:  # faults on: N for the load, k spares
             entry.update(load_replicas=best["load_replicas"], spare_replicas=best["spare_replicas"])
-            if best["spare_replicas"] is not None:
+            # (k from the rates, plan.faults.availability: its tier mix; a k simulated with
+            # faults on has no spares block)
+            if best.get("spares", {}).get("spares") is not None:
                 entry.update(
                     by_tier=best["spares"]["by_tier"],
                     replica_usd_per_hour=best["spares"]["replica_usd_per_hour"],
@@ -402,18 +404,24 @@ def tiered_day_bill(
     the periods' own mixes, each the cheapest for its period alone, cost together (their
     committed replicas at the most any period holds, all day); and the peak period's mix all
     day. None without a mix in every period. With periods of different candidates (their
-    replicas priced apart), the periods' own mixes are the answer."""
+    replicas are not each other's, nor priced alike), the periods' own mixes are the answer,
+    each candidate's commitments held all day."""
     periods = [p for p in chosen if p.get("by_tier")]
     if not periods or len(periods) != len(chosen) or "by_tier" not in peak:
         return None
     hours = [(p["end_hour"] - p["start_hour"]) % HOURS or HOURS for p in periods]
-    price = periods[0]["replica_usd_per_hour"]
-    alone_committed = {
-        tier: max(p["by_tier"].get(tier, 0) for p in periods)
-        for tier in COMMITTED_TIERS
-        if any(tier in p["by_tier"] for p in periods)
-    }
-    alone = sum(n * price[t] for t, n in alone_committed.items()) * HOURS
+    # the periods' own mixes together: each candidate's committed replicas (its own
+    # hardware, its own price) at the most any of its periods holds, all day
+    alone = 0.0
+    alone_committed: dict[str, int] = {}
+    for candidate in {json.dumps(p["candidate"]) for p in periods}:
+        group = [p for p in periods if json.dumps(p["candidate"]) == candidate]
+        price = group[0]["replica_usd_per_hour"]
+        for tier in COMMITTED_TIERS:
+            held = max(p["by_tier"].get(tier, 0) for p in group)
+            if held:
+                alone += held * price[tier] * HOURS
+                alone_committed[tier] = alone_committed.get(tier, 0) + held
     for p, h in zip(periods, hours, strict=True):
         alone += h * sum(
             n * p["replica_usd_per_hour"][t]
@@ -429,13 +437,16 @@ def tiered_day_bill(
         "peak_by_tier": peak["by_tier"],
     }
     if all(p["candidate"] == periods[0]["candidate"] for p in periods):
-        tiers = {t: Tier(price[t], 1.0 - periods[0]["replica_up_probability"][t]) for t in price}
+        price = periods[0]["replica_usd_per_hour"]
+        up = periods[0]["replica_up_probability"]
+        tiers = {t: Tier(price[t], 1.0 - up[t]) for t in price}
         needs = [(p["load_replicas"], h) for p, h in zip(periods, hours, strict=True)]
         assert faults.availability is not None
         mix = cheapest_day_mix(
             needs, tiers, COMMITTED_TIERS, faults.availability, faults.max_spares
         )
-        if mix is not None and mix.usd_per_day < alone - 1e-9:
+        # (on a tie, the joint mix: it shows every period using the commitments it pays)
+        if mix is not None and mix.usd_per_day <= alone + 1e-9:
             out.update(
                 seasonal_usd_per_day=mix.usd_per_day,
                 committed_replicas=dict(mix.committed),

@@ -242,10 +242,18 @@ def cheapest_day_mix(
     most = max(needed for needed, _ in periods) + max_spares
     best: DayMix | None = None
     for held in range(most + 1):
+        if (
+            best is not None
+            and held * HOURS_PER_DAY * min((tiers[t].usd_per_hour for t in committed), default=0.0)
+            >= best.usd_per_day - 1e-9
+        ):
+            break  # more commitments alone cost more than the best day: none can be cheaper
         for counts in _mixes(held, len(committed)) if committed else [()]:
             fixed = dict(zip(committed, counts, strict=True))
             base = [tiers[t].unavailability for t, c in fixed.items() for _ in range(c)]
             cost = HOURS_PER_DAY * sum(tiers[t].usd_per_hour * c for t, c in fixed.items())
+            if best is not None and cost >= best.usd_per_day - 1e-9:
+                continue
             by_period = []
             for needed, hours in periods:
                 extra = _cheapest_completion(base, needed, hourly, tiers, target, max_spares)
@@ -273,7 +281,10 @@ def _cheapest_completion(
     best: tuple[float, dict[str, int]] | None = None
     if probability_serving(base, needed) >= target:
         return {}
+    cheapest = min((tiers[t].usd_per_hour for t in hourly), default=0.0)
     for total in range(1, needed + max_spares - len(base) + 1):
+        if best is not None and cheapest * total >= best[0] - 1e-9:
+            break  # every mix of this many hourly replicas costs more than the best
         for counts in _mixes(total, len(hourly)) if hourly else []:
             us = [
                 *base,

@@ -338,16 +338,20 @@ def test_every_request_ends_once_under_random_faults_and_scaling(faults, policy,
     assert again.faults.equals(result.faults) and again.scaling.equals(result.scaling)
 
 
-def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed():
+@pytest.mark.parametrize("fleet_replicas", [4, 2, 6])
+def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed(fleet_replicas):
     """``cost.tier=spot`` buys every replica spot, those the autoscaler adds too: with
     reclaims every 5 s on average (``faults.spot_reclaims_per_h``) and a 0.1 s notice, each
     replica's first notice is its first draw from its own stream (``faults.reclaim.<id>``)
     after it is ready, replacements' included; each loss is a ``failed`` row the autoscaler
     replaces; every request ends once, and a rerun is the same. A replacement time of the
-    faults' own is refused there (the autoscaler replaces)."""
+    faults' own is refused there (the autoscaler replaces). The fleet at time 0 is the
+    schedule's first count (4), whatever ``fleet.replicas`` says: its 4 replicas are reclaimed
+    from time 0, those added from when they are ready, each once."""
     seed = 3
     overrides = [
         *AUTOSCALED,
+        f"fleet.replicas={fleet_replicas}",
         "autoscale.provision_s=1",
         "cost.tier=spot",
         f"faults.spot_reclaims_per_h={3600 / 5}",
@@ -368,6 +372,10 @@ def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed():
     for event in events:
         first.setdefault(event["replica_id"], event["start_s"])
     assert any(r >= 4 for r in first), "no added replica was reclaimed: the test proves nothing"
+    end_s = float(np.nanmax(columns(result.requests)["completion_time_s"]))
+    for replica in range(4):  # the fleet at time 0: each reclaimed at its first draw
+        draw = rng.stream(seed, f"faults.reclaim.{replica}").exponential(5.0)
+        assert draw > end_s or first[replica] == approx(draw)
     for replica, start_s in first.items():
         draw = rng.stream(seed, f"faults.reclaim.{replica}").exponential(5.0)
         assert start_s == approx(ready_at[replica] + draw)

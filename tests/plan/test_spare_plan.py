@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sim.config.compose import compose_config
 from sim.errors import ConfigError
 from sim.plan.answer import ranked_table
-from sim.plan.day import day_table, tiered_day_bill
+from sim.plan.day import _settle, day_table, tiered_day_bill
 from sim.plan.planner import Prepared, prepare, run_plan
 from sim.plan.searches import FAULTS_OFF
 from sim.plan.settings import FaultsPlanConfig
@@ -384,3 +384,37 @@ def test_no_spares_names_the_tier_it_was_bought_at_when_several_are_weighed():
     assert block["without_spares"] == pytest.approx(0.99**2, abs=1e-12)
     assert block["without_spares_tier"] == "spot"
     assert f"(with no spares {0.99**2:.6f}, 2 x spot)" in spares_text(2, block)
+
+
+def test_a_day_plan_with_faults_simulated_settles_without_a_spares_block():
+    """A day plan with faults on and no plan.faults.availability: each answer's k is
+    simulated (load_replicas, spare_replicas, no spares block); its periods carry N and k, no
+    tier mix, and the day has no tiered bill."""
+    answer = {"overrides": [], "replicas": 3, "usd_per_hour": 8.97}
+    answer.update(load_replicas=2, spare_replicas=1)
+    entry = {"start_hour": 0, "end_hour": 24, "rate_rps": 1.0, "usd_per_hour": 8.97}
+    entry["tied"] = [answer]
+    peak = _settle([entry])
+    assert (entry["load_replicas"], entry["spare_replicas"]) == (2, 1)
+    assert "by_tier" not in entry
+    assert tiered_day_bill([entry], peak, FaultsPlanConfig()) is None
+
+
+def test_periods_of_different_candidates_hold_their_own_commitments():
+    """Period A (8 h) on one GPU holds 3 reserved_3y replicas at $10/h, period B (16 h) on
+    another 3 at $20/h: neither serves the other's, so each candidate's 3 are paid all day,
+    3 x 10 x 24 + 3 x 20 x 24 = $2,160 (whichever period comes first), and no joint mix is
+    searched across them."""
+    up = {"reserved_3y": 0.999}
+    a = {"start_hour": 0, "end_hour": 8, "candidate": ["hardware=h100_sxm"], "load_replicas": 2}
+    a.update(by_tier={"reserved_3y": 3}, usd_per_hour=30.0)
+    a.update(replica_usd_per_hour={"reserved_3y": 10.0}, replica_up_probability=up)
+    b = {"start_hour": 8, "end_hour": 24, "candidate": ["hardware=h200"], "load_replicas": 2}
+    b.update(by_tier={"reserved_3y": 3}, usd_per_hour=60.0)
+    b.update(replica_usd_per_hour={"reserved_3y": 20.0}, replica_up_probability=up)
+    faults = FaultsPlanConfig(availability=0.99)
+    for order in ([a, b], [b, a]):
+        bill = tiered_day_bill(order, b, faults)
+        assert bill is not None
+        assert bill["seasonal_usd_per_day"] == pytest.approx(2160.0)
+        assert bill["committed_replicas"] == {"reserved_3y": 6}
