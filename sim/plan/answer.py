@@ -171,8 +171,8 @@ def answer_json(answer: Answer, plan: PlanConfig) -> dict[str, Any]:
         spare = spare_capacity(out)
         if spare is not None:
             faults = chosen.summaries[0]["faults"]
-            keys = ("gpu_mtbf_h", "repair", "repair_h", "on_failure")
-            out.update(spare, faults={key: faults[key] for key in keys})
+            keys = ("gpu_mtbf_h", "repair", "repair_h", "on_failure", "spot_reclaims_per_h")
+            out.update(spare, faults={key: faults.get(key) for key in keys})
     return out
 
 
@@ -322,12 +322,15 @@ def spare_text(c: dict[str, Any]) -> str:
     """``N = 6 for the load, k = 2 for failures at these rates (...)`` of a candidate's
     ``plan.json`` entry with faults."""
     faults = c["faults"]
-    rates = (
-        f"a GPU failing every {faults['gpu_mtbf_h']:g} h, repaired in {faults['repair_h']:g} h "
-        f"({faults['repair']})"
-        if faults["gpu_mtbf_h"]
-        else "the scheduled events"
-    )
+    given = []
+    if faults["gpu_mtbf_h"]:
+        given.append(
+            f"a GPU failing every {faults['gpu_mtbf_h']:g} h, repaired in "
+            f"{faults['repair_h']:g} h ({faults['repair']})"
+        )
+    if faults.get("spot_reclaims_per_h"):
+        given.append(f"each spot replica reclaimed {faults['spot_reclaims_per_h']:g} times an hour")
+    rates = ", ".join(given) or "the scheduled events"
     if c["load_replicas"] is None:
         return f"without faults no count meets the SLOs either; with them {c['replicas']}"
     fate = "retried" if faults["on_failure"] == "retry" else "failed"

@@ -229,12 +229,17 @@ def plan_answer(plan: PlanInput, chosen: RunInput | None) -> str:
         )
     elif best.get("spare_replicas") is not None:
         faults = best.get("faults") or {}
-        rates = (
-            f"a GPU failing every {_num(faults['gpu_mtbf_h'])} hours, repaired in "
-            f"{_num(faults.get('repair_h'))} hours"
-            if faults.get("gpu_mtbf_h")
-            else "the scheduled failures, drains and reclaims"
-        )
+        given = []
+        if faults.get("gpu_mtbf_h"):
+            given.append(
+                f"a GPU failing every {_num(faults['gpu_mtbf_h'])} hours, repaired in "
+                f"{_num(faults.get('repair_h'))} hours"
+            )
+        if faults.get("spot_reclaims_per_h"):
+            given.append(
+                f"each spot replica reclaimed {_num(faults['spot_reclaims_per_h'])} times an hour"
+            )
+        rates = ", ".join(given) or "the scheduled failures, drains and reclaims"
         sentences.append(
             f"Spare capacity: N = {best['load_replicas']} replica(s) for the load, "
             f"k = {best['spare_replicas']} for failures at these rates ({rates})."

@@ -3,7 +3,7 @@ needs without faults (N) and the spare capacity the faults ask for (k)."""
 
 from __future__ import annotations
 
-from sim.plan.answer import ranked_table
+from sim.plan.answer import ranked_table, spare_text
 from sim.plan.planner import run_plan
 
 STEP = 0.01
@@ -44,6 +44,7 @@ def test_a_replica_lost_at_the_start_asks_for_one_spare(tmp_path):
         "repair": "exponential",
         "repair_h": 4.0,
         "on_failure": "retry",
+        "spot_reclaims_per_h": None,
     }
     assert "N = 3 for the load, k = 1 for failures at these rates" in ranked_table(plan_json)
 
@@ -70,3 +71,19 @@ def test_without_faults_a_plan_has_no_split(tmp_path):
     )
     (answer,) = plan_json["candidates"]
     assert "spare_replicas" not in answer and "no faults" not in answer["whatifs"]
+
+
+def test_the_split_names_every_rate_it_was_simulated_at():
+    """A k simulated with GPU failures and spot reclaims names both rates; with neither, the
+    scheduled events; a plan.json of before the reclaim rate (no key) reads as none."""
+    entry = {"load_replicas": 6, "spare_replicas": 2, "replicas": 8}
+    faults = {"gpu_mtbf_h": 50000.0, "repair": "fixed", "repair_h": 24.0, "on_failure": "fail"}
+    text = spare_text({**entry, "faults": {**faults, "spot_reclaims_per_h": 0.0003}})
+    assert text == (
+        "N = 6 for the load, k = 2 for failures at these rates: a GPU failing every 50000 h, "
+        "repaired in 24 h (fixed), each spot replica reclaimed 0.0003 times an hour, their "
+        "requests failed"
+    )
+    assert spare_text({**entry, "faults": faults}).endswith("(fixed), their requests failed")
+    none = {**faults, "gpu_mtbf_h": None, "spot_reclaims_per_h": None}
+    assert "these rates: the scheduled events," in spare_text({**entry, "faults": none})
