@@ -33,6 +33,8 @@ highest rate a fleet serves within them), with the uncertainty of each figure.
   own SLO statistics over each hour's requests.
 - ``spares``: the spare replicas (N + k) that keep N serving with a given probability at given
   failure, repair and reclaim rates, and the cheapest mix of price tiers that does.
+- ``day_tiers``: a day plan's bill at price tiers, its commitments (reserved capacity) bought
+  once for every period, each period completing them by the hour.
 
 May import: the basics, ``sim.config`` (composing each point's config), ``sim.run`` (simulating
 it), ``sim.sweeps.runs`` (flattening a summary as ``fleetcast collect`` does), ``sim.output``

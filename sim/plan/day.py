@@ -47,11 +47,11 @@ from sim.config.compose import ENGINE_GROUPS
 from sim.config.validation import validate
 from sim.config.workload_schema import DailyWorkload
 from sim.errors import ConfigError, require
-from sim.plan.hourly import HOURS, hourly_attainment
+from sim.plan.day_tiers import tiered_bill_text, tiered_day_bill
+from sim.plan.hourly import HOURS, hourly_attainment, period_length
 from sim.plan.runs import Job
 from sim.plan.searches import plan_candidates, without_faults
-from sim.plan.settings import DayPlanConfig, FaultsPlanConfig, PlanConfig, Prepared, load_plan
-from sim.plan.spares import Tier, cheapest_day_mix
+from sim.plan.settings import DayPlanConfig, PlanConfig, Prepared, load_plan
 from sim.workload.day import hourly_rates, period_workload, split_day
 
 DAY_PLAN_FILE = "day_plan.json"
@@ -75,7 +75,7 @@ def day_periods(day: DayPlanConfig, rates: np.ndarray) -> list[tuple[int, int]]:
             "starts and ends at the same hour: give the whole day as [0, 24]",
         )
         start, end = period
-        length = (end - start) % HOURS or HOURS
+        length = period_length(start, end)
         covered[[(start + k) % HOURS for k in range(length)]] += 1
         periods.append((start, end))
     require(
@@ -157,7 +157,7 @@ def plan_day(prepared: Prepared, launch: Any, progress: bool) -> dict[str, Any]:
     settings = [engine_settings(c) for c in prepared.candidates]
     chosen: list[dict[str, Any]] = []
     for start, end in periods:
-        length = (end - start) % HOURS or HOURS
+        length = period_length(start, end)
         period_rates = rates[[(start + k) % HOURS for k in range(length)]]
         workload = period_workload(spec, start, end, day.period_s)
         entry: dict[str, Any] = {
@@ -261,7 +261,7 @@ def _answer_overrides(
     # midnight, or the one the workload starts in, may come back later in the simulated day)
     period_of = {}
     for entry in chosen:
-        length = (entry["end_hour"] - entry["start_hour"]) % HOURS or HOURS
+        length = period_length(entry["start_hour"], entry["end_hour"])
         for k in range(length):
             period_of[(entry["start_hour"] + k) % HOURS] = entry
     hour_s = 3600.0 / spec.time_compression
@@ -389,72 +389,6 @@ def _day_json(
     }
 
 
-# tiers bought by commitment: paid every hour of the day, whichever periods use them
-COMMITTED_TIERS = ("reserved", "reserved_3y")
-
-
-def tiered_day_bill(
-    chosen: list[dict[str, Any]], peak: dict[str, Any], faults: FaultsPlanConfig
-) -> dict[str, Any] | None:
-    """With spares (``plan.faults.availability``), the day's bill at price tiers, which the
-    day's simulations (one price for the whole fleet) do not bill. A committed tier
-    (``COMMITTED_TIERS``) is paid round the clock, so the seasonal plan's tiers are bought for
-    the day together (``cheapest_day_mix``): the committed replicas held all day, each period
-    completing them with on-demand and spot for its hours (``by_period``). Beside it, what
-    the periods' own mixes, each the cheapest for its period alone, cost together (their
-    committed replicas at the most any period holds, all day); and the peak period's mix all
-    day. None without a mix in every period. With periods of different candidates (their
-    replicas are not each other's, nor priced alike), the periods' own mixes are the answer,
-    each candidate's commitments held all day."""
-    periods = [p for p in chosen if p.get("by_tier")]
-    if not periods or len(periods) != len(chosen) or "by_tier" not in peak:
-        return None
-    hours = [(p["end_hour"] - p["start_hour"]) % HOURS or HOURS for p in periods]
-    # the periods' own mixes together: each candidate's committed replicas (its own
-    # hardware, its own price) at the most any of its periods holds, all day
-    alone = 0.0
-    alone_committed: dict[str, int] = {}
-    for candidate in {json.dumps(p["candidate"]) for p in periods}:
-        group = [p for p in periods if json.dumps(p["candidate"]) == candidate]
-        price = group[0]["replica_usd_per_hour"]
-        for tier in COMMITTED_TIERS:
-            held = max(p["by_tier"].get(tier, 0) for p in group)
-            if held:
-                alone += held * price[tier] * HOURS
-                alone_committed[tier] = alone_committed.get(tier, 0) + held
-    for p, h in zip(periods, hours, strict=True):
-        alone += h * sum(
-            n * p["replica_usd_per_hour"][t]
-            for t, n in p["by_tier"].items()
-            if t not in COMMITTED_TIERS
-        )
-    out: dict[str, Any] = {
-        "seasonal_usd_per_day": alone,
-        "committed_replicas": alone_committed,
-        "by_period": [dict(p["by_tier"]) for p in periods],
-        "periods_alone_usd_per_day": alone,
-        "peak_usd_per_day": peak["usd_per_hour"] * HOURS,
-        "peak_by_tier": peak["by_tier"],
-    }
-    if all(p["candidate"] == periods[0]["candidate"] for p in periods):
-        price = periods[0]["replica_usd_per_hour"]
-        up = periods[0]["replica_up_probability"]
-        tiers = {t: Tier(price[t], 1.0 - up[t]) for t in price}
-        needs = [(p["load_replicas"], h) for p, h in zip(periods, hours, strict=True)]
-        assert faults.availability is not None
-        mix = cheapest_day_mix(
-            needs, tiers, COMMITTED_TIERS, faults.availability, faults.max_spares
-        )
-        # (on a tie, the joint mix: it shows every period using the commitments it pays)
-        if mix is not None and mix.usd_per_day <= alone + 1e-9:
-            out.update(
-                seasonal_usd_per_day=mix.usd_per_day,
-                committed_replicas=dict(mix.committed),
-                by_period=mix.by_period,
-            )
-    return out
-
-
 def _command(prepared: Prepared) -> str:
     """The ``fleetcast plan`` command of this plan: its base overrides and every ``plan.*``
     setting that is not the default."""
@@ -504,20 +438,5 @@ def day_table(out: dict[str, Any]) -> str:
         lines.append(out["note"])
     bill = out.get("tiered_bill")
     if bill:
-        committed = ", ".join(f"{n} x {tier}" for tier, n in bill["committed_replicas"].items())
-        mixes = "; ".join(
-            f"{p['start_hour']:02d}-{p['end_hour']:02d} h "
-            + " + ".join(f"{n} x {tier}" for tier, n in mix.items())
-            for p, mix in zip(out["periods"], bill["by_period"], strict=True)
-        )
-        lines.append(
-            "at the spares' price tiers (the simulated days above bill one price): seasonal "
-            f"${bill['seasonal_usd_per_day']:,.0f}/day"
-            + (f" ({committed} committed all day)" if committed else "")
-            + f" [{mixes}]; each period's cheapest mix alone "
-            f"${bill['periods_alone_usd_per_day']:,.0f}/day; peak "
-            f"${bill['peak_usd_per_day']:,.0f}/day ("
-            + " + ".join(f"{n} x {tier}" for tier, n in bill["peak_by_tier"].items())
-            + ")"
-        )
+        lines.append(tiered_bill_text(bill, out["periods"]))
     return "\n".join(lines)

@@ -18,6 +18,12 @@ from sim.plan.slo import parse
 HOURS = 24
 
 
+def period_length(start_hour: int, end_hour: int) -> int:
+    """The hours of a day's period ``[start_hour, end_hour)``, which may wrap past midnight
+    (19-01: 6 hours); a period from an hour to itself is the whole day."""
+    return (end_hour - start_hour) % HOURS or HOURS
+
+
 def wilson(successes: int, trials: int) -> tuple[float | None, float | None, float | None]:
     """The share and its 95% Wilson interval (None, None, None for no trials)."""
     found = wilson_interval(successes, trials)

@@ -154,7 +154,7 @@ def cheapest_spares(
     names = list(tiers)
     best: Spares | None = None
     for total in range(needed, needed + max_spares + 1):
-        for counts in _mixes(total, len(names)):
+        for counts in mixes(total, len(names)):
             us = [
                 tiers[n].unavailability
                 for n, c in zip(names, counts, strict=True)
@@ -198,108 +198,13 @@ def cheapest_spares(
     )
 
 
-def _mixes(total: int, kinds: int) -> list[tuple[int, ...]]:
+def mixes(total: int, kinds: int) -> list[tuple[int, ...]]:
     """Every way to split ``total`` replicas among ``kinds`` tiers (counts in tier order)."""
     if kinds == 1:
         return [(total,)]
     return [
-        (first, *rest)
-        for first in range(total, -1, -1)
-        for rest in _mixes(total - first, kinds - 1)
+        (first, *rest) for first in range(total, -1, -1) for rest in mixes(total - first, kinds - 1)
     ]
-
-
-HOURS_PER_DAY = 24
-
-
-@dataclass(frozen=True)
-class DayMix:
-    """A day's fleets bought together: ``committed`` replicas per committed tier, held and paid
-    all day, and each period's whole mix (``by_period``, the committed replicas included), at
-    ``usd_per_day``."""
-
-    committed: Mapping[str, int]
-    by_period: list[dict[str, int]]
-    usd_per_day: float
-
-
-def cheapest_day_mix(
-    periods: Sequence[tuple[int, float]],
-    tiers: Mapping[str, Tier],
-    committed_tiers: Sequence[str],
-    target: float,
-    max_spares: int,
-) -> DayMix | None:
-    """The cheapest way to keep each period's ``needed`` replicas serving with probability
-    ``target`` (``periods``: each one's needed count and hours) when the ``committed_tiers``
-    (reserved capacity) are bought for the whole day and the others by the hour: every count
-    of committed replicas up to the largest period's ``needed + max_spares`` is tried, and each
-    period completes it with the cheapest mix of the other tiers (``cheapest_spares``' rule,
-    the committed replicas already there and already paid). None where some period cannot
-    reach ``target`` within ``max_spares`` spares."""
-    committed = [t for t in tiers if t in committed_tiers]
-    hourly = [t for t in tiers if t not in committed_tiers]
-    most = max(needed for needed, _ in periods) + max_spares
-    best: DayMix | None = None
-    for held in range(most + 1):
-        if (
-            best is not None
-            and held * HOURS_PER_DAY * min((tiers[t].usd_per_hour for t in committed), default=0.0)
-            >= best.usd_per_day - 1e-9
-        ):
-            break  # more commitments alone cost more than the best day: none can be cheaper
-        for counts in _mixes(held, len(committed)) if committed else [()]:
-            fixed = dict(zip(committed, counts, strict=True))
-            base = [tiers[t].unavailability for t, c in fixed.items() for _ in range(c)]
-            cost = HOURS_PER_DAY * sum(tiers[t].usd_per_hour * c for t, c in fixed.items())
-            if best is not None and cost >= best.usd_per_day - 1e-9:
-                continue
-            by_period = []
-            for needed, hours in periods:
-                extra = _cheapest_completion(base, needed, hourly, tiers, target, max_spares)
-                if extra is None:
-                    break
-                cost += hours * sum(tiers[t].usd_per_hour * c for t, c in extra.items())
-                by_period.append({t: c for t, c in {**fixed, **extra}.items() if c})
-            else:
-                if best is None or cost < best.usd_per_day - 1e-9:
-                    best = DayMix({t: c for t, c in fixed.items() if c}, by_period, cost)
-    return best
-
-
-def _cheapest_completion(
-    base: list[float],
-    needed: int,
-    hourly: Sequence[str],
-    tiers: Mapping[str, Tier],
-    target: float,
-    max_spares: int,
-) -> dict[str, int] | None:
-    """The cheapest counts of the ``hourly`` tiers that, beside the replicas already held
-    (their unavailabilities ``base``), keep ``needed`` up with probability ``target``, within
-    ``needed + max_spares`` replicas in all; None if none does."""
-    best: tuple[float, dict[str, int]] | None = None
-    if probability_serving(base, needed) >= target:
-        return {}
-    cheapest = min((tiers[t].usd_per_hour for t in hourly), default=0.0)
-    for total in range(1, needed + max_spares - len(base) + 1):
-        if best is not None and cheapest * total >= best[0] - 1e-9:
-            break  # every mix of this many hourly replicas costs more than the best
-        for counts in _mixes(total, len(hourly)) if hourly else []:
-            us = [
-                *base,
-                *(
-                    tiers[t].unavailability
-                    for t, c in zip(hourly, counts, strict=True)
-                    for _ in range(c)
-                ),
-            ]
-            if probability_serving(us, needed) < target:
-                continue
-            price = sum(tiers[t].usd_per_hour * c for t, c in zip(hourly, counts, strict=True))
-            if best is None or price < best[0] - 1e-9:
-                best = (price, dict(zip(hourly, counts, strict=True)))
-    return None if best is None else best[1]
 
 
 # -- a plan's spares (plan.faults.*) ------------------------------------------------------------
