@@ -68,3 +68,22 @@ MD1 = [
     "workload.output_tokens=1",
     "sim.progress=false",
 ]
+# A plan over M/D/1 replicas: one request at a time, 10 ms each, 120 requests/s split at
+# random; a mean TTFT within 15 ms needs N = 3 replicas (tests/plan/test_fault_plan.py).
+MD1_PLAN = [
+    "step_time=constant",
+    "step_time.seconds=0.01",
+    "scheduler.max_num_seqs=1",
+    "router=random",
+    "workload=poisson",
+    "workload.num_requests=3000",
+    "workload.qps=120",
+    "workload.prompt_tokens=16",
+    "workload.output_tokens=1",
+    "plan.slo=[ttft_s.mean <= 0.015]",
+    "plan.max_replicas=8",
+    "plan.jobs=1",
+    "plan.step_time_scales=[]",
+    "plan.rate_scales=[]",
+    "plan.max_headroom=null",
+]

@@ -61,6 +61,29 @@ def approx(x):
     return pytest.approx(x, abs=1e-9)
 
 
+def step_spans(result, replica_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Replica ``replica_id``'s steps: their start and end times."""
+    steps = columns(result.steps)
+    mine = steps["replica_id"] == replica_id
+    start = steps["start_time_s"][mine]
+    return start, start + steps["duration_s"][mine]
+
+
+def assert_ends_once(result, requests: int, **table_checks) -> None:
+    """Every one of ``requests`` ends exactly once (completed, rejected, unfinished or failed)
+    and the tables keep their invariants (``tests.contract.table_problems``)."""
+    summary = result.summary
+    assert table_problems(result.requests, result.steps, summary, **table_checks) == []
+    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
+    assert ended == summary["num_requests"] == requests
+
+
+def assert_no_step_while_down(result, event: dict, up: float) -> None:
+    """No step of ``event``'s replica overlaps its time down, from ``down_s`` to ``up``."""
+    start, end = step_spans(result, event["replica_id"])
+    assert not ((end > event["down_s"]) & (start < up)).any(), event
+
+
 def test_a_failure_with_a_request_in_flight_retried():
     """Replica 1 fails at 1.305 s, back 2 s later. It holds request 1 (arrived 0.5 s, first
     token at 0.51 s, 0.805 s in). Round robin has sent 5 requests (its turn counter at 1): the
@@ -386,21 +409,11 @@ def test_every_request_ends_once_and_no_down_replica_steps(faults, router, seed)
     cfg["seed"] = seed
     result = simulate(cfg)
     summary = result.summary
-    assert (
-        table_problems(result.requests, result.steps, summary, kv_blocks_per_model=[KV_BLOCKS])
-        == []
-    )
-    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
-    assert ended == summary["num_requests"] == 80
-    steps = columns(result.steps)
-    start = steps["start_time_s"]
-    end = start + steps["duration_s"]
+    assert_ends_once(result, 80, kv_blocks_per_model=[KV_BLOCKS])
     for event in result.faults.to_pylist():
-        if event["down_s"] is None:
-            continue
-        up = math.inf if event["up_s"] is None else event["up_s"]
-        mine = steps["replica_id"] == event["replica_id"]
-        assert not (mine & (end > event["down_s"]) & (start < up)).any(), event
+        if event["down_s"] is not None:
+            up = math.inf if event["up_s"] is None else event["up_s"]
+            assert_no_step_while_down(result, event, up)
     again = simulate(copy.deepcopy(cfg))
     assert again.requests.equals(result.requests) and again.steps.equals(result.steps)
     assert again.faults.equals(result.faults) and again.summary == summary

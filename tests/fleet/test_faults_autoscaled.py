@@ -25,8 +25,15 @@ from sim import rng
 from sim.errors import ConfigError
 from sim.output.results import FAULT_COLUMNS
 from sim.run import simulate
-from tests.contract import table_problems
-from tests.fleet.test_faults import FLEET, approx, fault_rows, fault_settings
+from tests.fleet.test_faults import (
+    FLEET,
+    approx,
+    assert_ends_once,
+    assert_no_step_while_down,
+    fault_rows,
+    fault_settings,
+    step_spans,
+)
 from tests.support import columns, compose
 
 AUTOSCALED = [
@@ -54,11 +61,30 @@ def scaling_rows(result) -> list[tuple]:
     )
 
 
-def step_spans(result, replica_id: int) -> tuple[np.ndarray, np.ndarray]:
-    steps = columns(result.steps)
-    mine = steps["replica_id"] == replica_id
-    start = steps["start_time_s"][mine]
-    return start, start + steps["duration_s"][mine]
+def ready_times(result) -> dict[int, float]:
+    """When each replica was ready: the fleet's 4 at time 0, each added one at its ``ready``."""
+    scaling = columns(result.scaling)
+    ready_at = {r: 0.0 for r in range(4)}
+    for time_s, event, replica in zip(
+        scaling["time_s"], scaling["event"], scaling["replica_id"], strict=True
+    ):
+        if event == "ready":
+            ready_at[int(replica)] = float(time_s)
+    return ready_at
+
+
+def first_starts(events: list[dict]) -> dict[int, float]:
+    """Each replica's first fault event's start (faults.parquet's rows in time order)."""
+    first: dict[int, float] = {}
+    for event in events:
+        first.setdefault(event["replica_id"], event["start_s"])
+    return first
+
+
+def failed_replicas(result) -> list[int]:
+    """The replicas scaling.parquet's ``failed`` rows name, sorted."""
+    scaling = columns(result.scaling)
+    return sorted(scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist())
 
 
 @pytest.mark.parametrize("on_failure", ["retry", "fail"])
@@ -244,32 +270,19 @@ def test_replicas_added_later_fail_from_their_own_streams():
         f"seed={seed}",
     ]
     result = simulate(compose(*overrides))
-    scaling = columns(result.scaling)
-    ready_at = {r: 0.0 for r in range(4)}
-    for time_s, event, replica in zip(
-        scaling["time_s"], scaling["event"], scaling["replica_id"], strict=True
-    ):
-        if event == "ready":
-            ready_at[int(replica)] = float(time_s)
+    ready_at = ready_times(result)
     events = result.faults.to_pylist()
-    first = {}
-    for event in events:
-        first.setdefault(event["replica_id"], event["start_s"])
+    first = first_starts(events)
     assert set(first) <= set(ready_at)
     assert any(r >= 4 for r in first), "no replacement failed: the test proves nothing"
     for replica, start_s in first.items():
         draw = rng.stream(seed, f"faults.uptime.{replica}").exponential(5.0)
         assert start_s == approx(ready_at[replica] + draw)
     # every failure is a loss: each one shows in the scaling log, and has no repair of its own
-    failed = scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist()
-    assert sorted(failed) == sorted(e["replica_id"] for e in events)
-    summary = result.summary
-    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
-    assert ended == summary["num_requests"] == 40
-    assert table_problems(result.requests, result.steps, summary) == []
+    assert failed_replicas(result) == sorted(e["replica_id"] for e in events)
+    assert_ends_once(result, 40)
     for event in events:
-        start, end = step_spans(result, event["replica_id"])
-        assert not (end > event["down_s"]).any(), event  # a lost replica never steps again
+        assert_no_step_while_down(result, event, math.inf)  # a lost one never steps again
     again = simulate(compose(*overrides))
     assert again.requests.equals(result.requests) and again.faults.equals(result.faults)
     assert again.scaling.equals(result.scaling)
@@ -317,12 +330,7 @@ def test_every_request_ends_once_under_random_faults_and_scaling(faults, policy,
     cfg["faults"] = faults
     cfg["seed"] = seed
     result = simulate(cfg)
-    summary = result.summary
-    assert table_problems(result.requests, result.steps, summary) == []
-    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
-    assert ended == summary["num_requests"] == 80
-    scaling = columns(result.scaling)
-    failed_rows = sorted(scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist())
+    assert_ends_once(result, 80)
     lost = []
     for event in result.faults.to_pylist():
         if event["down_s"] is None:
@@ -330,9 +338,8 @@ def test_every_request_ends_once_under_random_faults_and_scaling(faults, policy,
         if event["kind"] != "maintenance":
             lost.append(event["replica_id"])
         up = math.inf if event["up_s"] is None or event["kind"] != "maintenance" else event["up_s"]
-        start, end = step_spans(result, event["replica_id"])
-        assert not ((end > event["down_s"]) & (start < up)).any(), event
-    assert sorted(set(lost)) == failed_rows
+        assert_no_step_while_down(result, event, up)
+    assert sorted(set(lost)) == failed_replicas(result)
     again = simulate(copy.deepcopy(cfg))
     assert again.requests.equals(result.requests) and again.steps.equals(result.steps)
     assert again.faults.equals(result.faults) and again.scaling.equals(result.scaling)
@@ -359,18 +366,10 @@ def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed(fleet_
         f"seed={seed}",
     ]
     result = simulate(compose(*overrides))
-    scaling = columns(result.scaling)
-    ready_at = {r: 0.0 for r in range(4)}
-    for time_s, event, replica in zip(
-        scaling["time_s"], scaling["event"], scaling["replica_id"], strict=True
-    ):
-        if event == "ready":
-            ready_at[int(replica)] = float(time_s)
+    ready_at = ready_times(result)
     events = result.faults.to_pylist()
     assert {e["kind"] for e in events} == {"spot"}
-    first = {}
-    for event in events:
-        first.setdefault(event["replica_id"], event["start_s"])
+    first = first_starts(events)
     assert any(r >= 4 for r in first), "no added replica was reclaimed: the test proves nothing"
     end_s = float(np.nanmax(columns(result.requests)["completion_time_s"]))
     for replica in range(4):  # the fleet at time 0: each reclaimed at its first draw
@@ -382,12 +381,8 @@ def test_an_autoscaled_fleet_bought_spot_has_its_added_replicas_reclaimed(fleet_
         assert next(e for e in events if e["replica_id"] == replica)["down_s"] == approx(
             start_s + 0.1
         )
-    failed = scaling["replica_id"][scaling["event"] == "failed"].astype(int).tolist()
-    assert sorted(failed) == sorted(e["replica_id"] for e in events)
-    summary = result.summary
-    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
-    assert ended == summary["num_requests"] == 40
-    assert table_problems(result.requests, result.steps, summary) == []
+    assert failed_replicas(result) == sorted(e["replica_id"] for e in events)
+    assert_ends_once(result, 40)
     again = simulate(compose(*overrides))
     assert again.requests.equals(result.requests) and again.faults.equals(result.faults)
     with pytest.raises(ConfigError, match="faults.spot_replace_s"):

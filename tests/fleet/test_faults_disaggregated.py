@@ -26,8 +26,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.run import simulate
-from tests.contract import table_problems
-from tests.fleet.test_faults import approx, fault_rows, fault_settings
+from tests.fleet.test_faults import (
+    approx,
+    assert_ends_once,
+    assert_no_step_while_down,
+    fault_rows,
+    fault_settings,
+    step_spans,
+)
 from tests.support import columns, compose
 
 MOVE_S = 0.001 + 10 * 131072 / 1e7  # one request's transfer
@@ -54,13 +60,6 @@ def run(*overrides: str):
     return simulate(compose(*POOLS, *overrides))
 
 
-def steps_of(result, replica_id: int):
-    steps = columns(result.steps)
-    mine = steps["replica_id"] == replica_id
-    start = steps["start_time_s"][mine]
-    return start, start + steps["duration_s"][mine]
-
-
 def test_losing_a_decode_replica_starts_its_requests_over_from_prefill():
     """Decode replica 2 fails at 2.505 s, 0.363 s into request 0's decode (its KV arrived at
     2.142072 s), back at 4.505 s. Request 0 is sent again to the prefill pool: round robin's
@@ -80,7 +79,7 @@ def test_losing_a_decode_replica_starts_its_requests_over_from_prefill():
     assert req["transfer_end_s"][0] == approx(2.515 + MOVE_S)
     assert req["completion_time_s"][0] == approx(2.515 + MOVE_S + 0.99)
     assert set(req["status"].tolist()) == {"completed"}
-    start, end = steps_of(result, 2)
+    start, end = step_spans(result, 2)
     assert ((end <= 2.505 + 1e-9) | (start >= 4.505)).all()
     assert (end <= 2.505).sum() == 36 and end[end <= 2.505].max() == approx(
         2.0 + 0.01 + MOVE_S + 0.36
@@ -123,9 +122,9 @@ def test_losing_a_prefill_replica_calls_its_transfer_off(on_failure):
         assert req["transfer_start_s"][0] == approx(2.01)
         assert math.isnan(req["transfer_end_s"][0])
         assert result.summary["failed_by_reason"] == {"replica_failure": 1}
-    start, _ = steps_of(result, 2)
+    start, _ = step_spans(result, 2)
     assert start.min() >= 4.0  # (the next request it decodes arrives at 4 s or later)
-    start, end = steps_of(result, 0)
+    start, end = step_spans(result, 0)
     assert ((end <= 2.105) | (start >= 4.105)).all()
     by_pool = result.summary["faults"]["by_pool"]
     assert by_pool["prefill"]["failures"] == 1 and by_pool["decode"]["failures"] == 0
@@ -164,7 +163,7 @@ def test_with_no_decode_replica_up_prefilled_requests_fail_for_want_of_one():
     assert req["retry_lost_s"][0] == approx(0.505)
     assert req["first_token_time_s"].tolist() == approx([2.515, 4.01, 6.01, 8.01])
     assert [math.isnan(t) for t in req["transfer_start_s"][1:]] == [True] * 3
-    _, end = steps_of(result, 1)
+    _, end = step_spans(result, 1)
     assert len(end) == 36 and end.max() < 2.505
     assert result.summary["failed_by_reason"] == {"no_replica": 4}
 
@@ -213,15 +212,11 @@ def test_every_request_ends_once_and_no_down_replica_steps(faults, seed):
     cfg["seed"] = seed
     result = simulate(cfg)
     summary = result.summary
-    assert table_problems(result.requests, result.steps, summary) == []
-    ended = sum(summary[k] for k in ("completed", "rejected", "unfinished", "failed"))
-    assert ended == summary["num_requests"] == 80
+    assert_ends_once(result, 80)
     for event in result.faults.to_pylist():
-        if event["down_s"] is None:
-            continue
-        up = math.inf if event["up_s"] is None else event["up_s"]
-        start, end = steps_of(result, event["replica_id"])
-        assert not ((end > event["down_s"]) & (start < up)).any(), event
+        if event["down_s"] is not None:
+            up = math.inf if event["up_s"] is None else event["up_s"]
+            assert_no_step_while_down(result, event, up)
     assert set(summary["faults"]["by_pool"]) == {"prefill", "decode"}
     again = simulate(copy.deepcopy(cfg))
     assert again.requests.equals(result.requests) and again.steps.equals(result.steps)

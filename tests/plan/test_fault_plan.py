@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sim.plan.answer import ranked_table, spare_text
 from sim.plan.planner import run_plan
+from tests.scenarios import MD1_PLAN
 
 STEP = 0.01
 
@@ -17,23 +18,9 @@ def test_a_replica_lost_at_the_start_asks_for_one_spare(tmp_path):
     k = 1."""
     _, plan_json = run_plan(
         [
-            "step_time=constant",
-            f"step_time.seconds={STEP}",
-            "scheduler.max_num_seqs=1",
-            "router=random",
-            "workload=poisson",
-            "workload.num_requests=3000",
-            "workload.qps=120",
-            "workload.prompt_tokens=16",
-            "workload.output_tokens=1",
+            *MD1_PLAN,
             "faults.spot=[{replica: 0, at_s: 0, notice_s: 0}]",
-            "plan.slo=[ttft_s.mean <= 0.015]",
-            "plan.max_replicas=8",
-            "plan.jobs=1",
             f"plan.output_dir={tmp_path}",
-            "plan.step_time_scales=[]",
-            "plan.rate_scales=[]",
-            "plan.max_headroom=null",
         ],
         progress=False,
     )

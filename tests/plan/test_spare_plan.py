@@ -33,27 +33,9 @@ from sim.plan.spares import (
 from sim.report.answer import plan_answer
 from sim.report.costs import plan_costs
 from sim.report.inputs import PlanInput, read_input, searched_replicas
-from tests.scenarios import QUICK_DAY_PLAN
+from tests.plan.test_day import NIGHT_DAY, day_plan
+from tests.scenarios import MD1_PLAN
 
-# the M/D/1 fleet of tests/plan/test_fault_plan.py: one request at a time, 10 ms each, 120
-# requests/s split at random; a mean TTFT within 15 ms needs N = 3 replicas
-MD1 = [
-    "step_time=constant",
-    "step_time.seconds=0.01",
-    "scheduler.max_num_seqs=1",
-    "router=random",
-    "workload=poisson",
-    "workload.num_requests=3000",
-    "workload.qps=120",
-    "workload.prompt_tokens=16",
-    "workload.output_tokens=1",
-    "plan.slo=[ttft_s.mean <= 0.015]",
-    "plan.max_replicas=8",
-    "plan.jobs=1",
-    "plan.step_time_scales=[]",
-    "plan.rate_scales=[]",
-    "plan.max_headroom=null",
-]
 # a GPU failing every 99 h, repaired in 1 h: a one-GPU replica is up 99 h of 100, u = 0.01
 ONE_PERCENT = ["faults.gpu_mtbf_h=99", "faults.repair_h=1"]
 GCP = {"reserved_3y": 4.858, "on_demand": 11.0612, "spot": 4.4245}  # configs/cost/gcp.yaml
@@ -64,7 +46,7 @@ def test_three_needed_at_one_percent_down_take_one_spare(tmp_path):
     4 (0.01) 0.99^3 = 0.96059601 + 0.03881196 = 0.99940797 >= 0.999: k = 1, four replicas at
     the H100's $2.99 (its hardware file's price), $11.96/hour."""
     folder, plan_json = run_plan(
-        [*MD1, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"],
+        [*MD1_PLAN, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"],
         progress=False,
     )
     (answer,) = plan_json["candidates"]
@@ -81,7 +63,7 @@ def test_three_needed_at_one_percent_down_take_one_spare(tmp_path):
     assert (decided[2], decided[3]) == ("misses", "meets")
     columns = pq.read_schema(Path(folder) / "plan.parquet").names
     assert not [name for name in columns if name.startswith("faults.")]
-    given = [o for o in MD1 + ONE_PERCENT if "plan." not in o]
+    given = [o for o in MD1_PLAN + ONE_PERCENT if "plan." not in o]
     assert plan_json["base_overrides"] == [*given, *FAULTS_OFF]  # (as simulated)
     assert "no faults" not in answer["whatifs"]
     line = (
@@ -107,7 +89,7 @@ def test_the_replicas_tiers_travel_in_the_request_to_hydras_sweeper(tmp_path):
     """The searches run inside Hydra's sweeper, where no config is composed: each candidate's
     replica is found in prepare and kept in plan_request.json."""
     prepared = prepare(
-        [*MD1, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"]
+        [*MD1_PLAN, *ONE_PERCENT, "plan.faults.availability=0.999", f"plan.output_dir={tmp_path}"]
     )
     request = json.loads(prepared.write().read_text())
     assert request["spares"][0]["tiers"]["on_demand"]["unavailability"] == pytest.approx(0.01)
@@ -116,7 +98,7 @@ def test_the_replicas_tiers_travel_in_the_request_to_hydras_sweeper(tmp_path):
 
 def test_the_feature_off_leaves_a_plan_as_it_was(tmp_path):
     """plan.faults.availability null (the default): the plan as before, no spares block."""
-    _, plan_json = run_plan([*MD1, f"plan.output_dir={tmp_path}"], progress=False)
+    _, plan_json = run_plan([*MD1_PLAN, f"plan.output_dir={tmp_path}"], progress=False)
     (answer,) = plan_json["candidates"]
     assert "spares" not in answer and "load_replicas" not in answer
     assert answer["replicas"] == 3 and answer["usd_per_hour"] == pytest.approx(3 * 2.99)
@@ -215,13 +197,12 @@ def test_a_target_out_of_reach_answers_at_n_with_the_reason():
 )
 def test_bad_spare_settings_are_refused_in_one_line(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message) as err:
-        prepare([*MD1, f"plan.output_dir={tmp_path}", *extra])
+        prepare([*MD1_PLAN, f"plan.output_dir={tmp_path}", *extra])
     assert "\n" not in str(err.value)
 
 
 # the day of tests/plan/test_day.py: each replica an M/D/1 queue; under a 30-ms mean TTFT the
 # night (30 req/s) needs 1 replica and the day (90 req/s) 2
-NIGHT_DAY = [1.0] * 8 + [3.0] * 12 + [1.0] * 4
 
 
 def test_a_day_plan_adds_each_periods_spares(tmp_path):
@@ -229,29 +210,12 @@ def test_a_day_plan_adds_each_periods_spares(tmp_path):
     P(>= 1 of 2 up) = 1 - 0.05^2 = 0.9975: k = 1. Day, N = 2: P(>= 2 of 3) = 0.95^3 +
     3 (0.05) 0.95^2 = 0.99275 < 0.995; P(>= 2 of 4) = 1 - 4 (0.05^3) 0.95 - 0.05^4 =
     0.99951875: k = 2. The seasonal plan runs 2 replicas by night and 4 by day, faults off."""
-    _, out = run_plan(
-        [
-            "step_time=constant",
-            "step_time.seconds=0.01",
-            "scheduler.max_num_seqs=1",
-            "router=random",
-            "workload=daily",
-            "workload.qps=60",
-            f"workload.profile={NIGHT_DAY}",
-            "workload.time_compression=240",
-            "workload.duration_s=360",
-            "workload.prompt_tokens=16",
-            "workload.output_tokens=1",
-            "autoscale.provision_s=5",
-            "plan.slo=[ttft_s.mean <= 0.03]",
-            *QUICK_DAY_PLAN,
-            "plan.day.period_s=60",
-            "faults.gpu_mtbf_h=19",
-            "faults.repair_h=1",
-            "plan.faults.availability=0.995",
-            f"plan.output_dir={tmp_path}",
-        ],
-        progress=False,
+    _, out = day_plan(
+        tmp_path,
+        NIGHT_DAY,
+        "faults.gpu_mtbf_h=19",
+        "faults.repair_h=1",
+        "plan.faults.availability=0.995",
     )
     periods = {(p["start_hour"], p["end_hour"]): p for p in out["periods"]}
     split = {
@@ -279,7 +243,7 @@ def test_a_spot_reclaim_rate_weighs_the_spares_tiers_not_the_fleet_searched(tmp_
     """With spares computed, the searches run faults off, so a reclaim rate on a fleet that
     buys no spot is a rate of the spot tier weighed for the spares (taken), while a plain
     plan simulates it on the fleet, which has no spot replica to reclaim (refused)."""
-    asked = [*MD1, *ONE_PERCENT, "cost=gcp", "faults.spot_reclaims_per_h=0.01"]
+    asked = [*MD1_PLAN, *ONE_PERCENT, "cost=gcp", "faults.spot_reclaims_per_h=0.01"]
     prepared = prepare(
         [
             *asked,

@@ -18,6 +18,7 @@ from sim.output.faults import FAULTS_SCHEMA
 from sim.report import command
 from sim.report.faults import block_table, kinds_table, lost_hours, run_span, states
 from sim.run import simulate
+from tests.fleet.test_faults import FLEET as FAULT_FLEET
 from tests.report.conftest import PLAN, planned
 from tests.report.test_command import browse, check, report
 from tests.support import compose
@@ -86,18 +87,8 @@ def test_the_span_is_the_summarys():
     assert run_span(None, {"duration_s": 3.0}) == (0.0, 3.0)
 
 
-FLEET = [
-    "workload=constant",
-    "workload.qps=4",
-    "workload.num_requests=40",
-    "workload.prompt_tokens=10",
-    "workload.output_tokens=100",
-    "step_time=constant",
-    "step_time.seconds=0.01",
-    "router=round_robin",
-    "fleet.replicas=4",
-    "sim.progress=false",
-]
+# tests/fleet/test_faults.py's hand-worked fleet: 4 replicas, a request every 0.25 s
+FLEET = [*FAULT_FLEET, "sim.progress=false"]
 # as tests/fleet/test_faults.py's hand-worked fleet: a drain of replica 0 from 1 s, a failure
 # of replica 1 at 1.305 s (back at 3.305 s), a reclaim notice of replica 3 at 1.5 s
 FAULTS = [
