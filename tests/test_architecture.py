@@ -230,6 +230,36 @@ def test_the_documented_layout_names_every_module(path):
     )
 
 
+README = REPO_ROOT / "README.md"
+
+
+def _readme_layout() -> dict[str, set[str]]:
+    """The README's '## Layout' block: each package folder and the modules named on its lines
+    (a line that starts with blanks goes on naming the folder above it's)."""
+    text = README.read_text()
+    match = re.search(r"^## Layout\n.*?```\n(.*?)```", text, flags=re.S | re.M)
+    assert match, "README.md has no '## Layout' section with a module block"
+    named: dict[str, set[str]] = {}
+    folder = ""
+    for line in match.group(1).splitlines():
+        if not line.startswith(" "):
+            folder, _, line = line.partition(" ")
+        named.setdefault(folder, set()).update(line.split())
+    return named
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if p.name not in ("__init__.py", "__main__.py")],
+    ids=lambda p: str(p.relative_to(SIM)),
+)
+def test_the_readme_layout_names_every_module(path):
+    folder = f"sim/{path.parent.relative_to(SIM)}/".replace("/./", "/")
+    assert path.stem in _readme_layout().get(folder, set()), (
+        f"README.md's layout does not name sim/{path.relative_to(SIM)} under {folder}"
+    )
+
+
 def test_tests_mirror_sim():
     tests = REPO_ROOT / "tests"
     folders = {
